@@ -1,0 +1,38 @@
+# `make demo` and `make test` bootstrap everything from a fresh clone.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip --disable-pip-version-check
+STAMP := $(VENV)/.installed
+PYTEST_ARGS ?=
+
+.PHONY: venv demo test test-fast bench clean-venv
+
+venv: $(STAMP)
+
+# Two pip steps: Horovod's build looks for an installed mxnet, so it must come second.
+$(STAMP): setup.py constraints.txt Makefile
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install -q -c constraints.txt wheel==0.48.0
+	$(PIP) install -q -c constraints.txt -e '.[test,onnx,dali]'
+	$(PY) -c 'import horovod.mxnet' 2>/dev/null || \
+	  HOROVOD_WITH_MXNET=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_TENSORFLOW=1 \
+	  HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MPI=1 \
+	  $(PIP) install -q --no-build-isolation --no-cache-dir -c constraints.txt '.[horovod]'
+	$(PY) -m pip check
+	touch $@
+
+demo: venv
+	$(PY) -m gluondet demo
+
+test: venv
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+test-fast: venv
+	$(PY) -m pytest -m 'not slow' $(PYTEST_ARGS)
+
+bench: venv
+	$(PY) benchmarks/run_all.py
+
+clean-venv:
+	rm -rf $(VENV)
