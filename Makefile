@@ -18,7 +18,7 @@ $(STAMP): setup.py constraints.txt Makefile
 	$(PY) -c 'import horovod.mxnet' 2>/dev/null || \
 	  HOROVOD_WITH_MXNET=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_TENSORFLOW=1 \
 	  HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MPI=1 \
-	  $(PIP) install -q --no-build-isolation --no-cache-dir -c constraints.txt '.[horovod]'
+	  $(PIP) install -q --no-build-isolation --no-cache-dir -c constraints.txt -e '.[horovod]'
 	$(PY) -m pip check
 	touch $@
 

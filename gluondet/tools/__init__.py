@@ -1,0 +1,1 @@
+"""Tools around the detectors: visualization, dataset conversion, pruning."""

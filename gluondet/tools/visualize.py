@@ -1,0 +1,88 @@
+"""Draw detections or ground truth on images."""
+import colorsys
+import os
+
+import cv2
+import numpy as np
+
+
+def class_colors(num_classes):
+    """Distinct RGB colours, one per class, stable across calls."""
+    hues = (np.arange(num_classes) * 0.618033988749895) % 1.0
+    return [tuple(int(255 * c) for c in colorsys.hsv_to_rgb(h, 0.85, 0.95)) for h in hues]
+
+
+def draw_boxes(image, boxes, ids=None, scores=None, class_names=None, threshold=0.0,
+               thickness=2):
+    """Return a copy of ``image`` with boxes, class names and scores drawn.
+
+    Parameters
+    ----------
+    image : numpy.ndarray or mx.nd.NDArray
+        H x W x 3 uint8 RGB image.
+    boxes : array-like
+        N x 4 ``xmin, ymin, xmax, ymax`` in pixels of ``image``.
+    ids : array-like, optional
+        N class indices; rows with a negative id are padding and are skipped.
+    scores : array-like, optional
+        N scores; rows below ``threshold`` are skipped.
+    class_names : sequence of str, optional
+        Names for the class indices.
+
+    Returns
+    -------
+    numpy.ndarray
+        H x W x 3 uint8 RGB image.
+    """
+    image = image.asnumpy() if hasattr(image, 'asnumpy') else np.asarray(image)
+    canvas = np.ascontiguousarray(image, dtype=np.uint8).copy()
+    boxes = _as_numpy(boxes).reshape(-1, 4)
+    ids = np.zeros(len(boxes)) if ids is None else _as_numpy(ids).reshape(-1)
+    scores = None if scores is None else _as_numpy(scores).reshape(-1)
+    num_classes = len(class_names) if class_names else int(ids.max(initial=0)) + 1
+    colors = class_colors(max(num_classes, 1))
+    for i, box in enumerate(boxes):
+        cls = int(ids[i])
+        if cls < 0 or (scores is not None and scores[i] < threshold):
+            continue
+        color = colors[cls % len(colors)]
+        x1, y1, x2, y2 = [int(round(v)) for v in box]
+        cv2.rectangle(canvas, (x1, y1), (x2, y2), color, thickness)
+        text = class_names[cls] if class_names and cls < len(class_names) else str(cls)
+        if scores is not None:
+            text += ' %.2f' % scores[i]
+        _label(canvas, text, x1, y1, color)
+    return canvas
+
+
+def _label(canvas, text, x, y, color):
+    font, scale = cv2.FONT_HERSHEY_SIMPLEX, 0.45
+    (w, h), base = cv2.getTextSize(text, font, scale, 1)
+    top = max(y - h - base - 2, 0)
+    cv2.rectangle(canvas, (x, top), (x + w + 2, top + h + base + 2), color, -1)
+    cv2.putText(canvas, text, (x + 1, top + h + 1), font, scale, (0, 0, 0), 1, cv2.LINE_AA)
+
+
+def _as_numpy(a):
+    return a.asnumpy() if hasattr(a, 'asnumpy') else np.asarray(a, dtype=np.float32)
+
+
+def image_grid(images, columns=4, pad=4):
+    """Tile same-height-or-not RGB images into one grid image (padded with white)."""
+    h = max(im.shape[0] for im in images)
+    w = max(im.shape[1] for im in images)
+    rows = (len(images) + columns - 1) // columns
+    grid = np.full((rows * (h + pad) + pad, columns * (w + pad) + pad, 3), 255, np.uint8)
+    for k, im in enumerate(images):
+        r, c = divmod(k, columns)
+        y, x = pad + r * (h + pad), pad + c * (w + pad)
+        grid[y:y + im.shape[0], x:x + im.shape[1]] = im
+    return grid
+
+
+def save_image(path, image):
+    """Write an RGB image atomically (format from the extension)."""
+    tmp = '%s.tmp-%d%s' % (path, os.getpid(), os.path.splitext(path)[1])
+    if not cv2.imwrite(tmp, cv2.cvtColor(np.asarray(image), cv2.COLOR_RGB2BGR)):
+        raise IOError('could not write image %s' % path)
+    os.replace(tmp, path)
