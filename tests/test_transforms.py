@@ -131,6 +131,14 @@ def test_expand_fill_and_no_expansion():
         T.random_expand(img, label, fill=(1, 2))
 
 
+def test_expand_and_flip_without_opencv_dtype_or_channel_count():
+    img = np.arange(4 * 5 * 6, dtype=np.int64).reshape(4, 5, 6)  # numpy fallbacks
+    out, _, (x, y, w, h) = T.random_expand(img, None, fill=-3, rng=np.random.RandomState(0))
+    assert out.dtype == np.int64 and (out == -3).sum() == 6 * (w * h - 20)
+    np.testing.assert_array_equal(out[y:y + 4, x:x + 5], img)
+    np.testing.assert_array_equal(T.random_flip(img, None, px=1.0)[0], img[:, ::-1])
+
+
 # ---------------------------------------------------------------- SSD crop
 
 def _centre_inside(box, window):
@@ -262,17 +270,20 @@ def _distort_step_by_step(img, rng):
 def test_color_distort_equals_step_by_step():
     img = np.random.RandomState(0).randint(0, 256, (13, 17, 3)).astype(np.uint8)
     for seed in range(25):
-        out = T.random_color_distort(img, rng=np.random.RandomState(seed))
-        assert out.dtype == np.float32 and out.shape == img.shape
         expected = _distort_step_by_step(img, np.random.RandomState(seed))
+        out = T.random_color_distort(img.astype(np.float32), rng=np.random.RandomState(seed))
+        assert out.dtype == np.float32 and out.shape == img.shape
         np.testing.assert_allclose(out, expected, atol=2e-3)
+        out = T.random_color_distort(img, rng=np.random.RandomState(seed))
+        assert out.dtype == np.uint8  # rounded and saturated by OpenCV
+        np.testing.assert_allclose(out, expected, atol=1.0)
 
 
 def test_color_distort_range_and_gray_stays_gray():
     gray = np.full((8, 8, 3), 128, np.uint8)
     outs = [T.random_color_distort(gray, rng=np.random.RandomState(s)) for s in range(30)]
     assert all(0 <= o.min() and o.max() <= 255 for o in outs)
-    assert max(np.ptp(o, axis=2).max() for o in outs) < 1.0  # YIQ matrices round-trip to ~1e-3
+    assert max(np.ptp(o.astype(int), axis=2).max() for o in outs) <= 1  # YIQ round trip ~1e-3
     assert len({float(o[0, 0, 0]) for o in outs}) > 10
     with pytest.raises(ValueError, match='RGB'):
         T.random_color_distort(np.zeros((4, 4, 1)))

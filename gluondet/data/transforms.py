@@ -3,8 +3,10 @@
 Images are HxWxC arrays, numpy or ``mx.nd.NDArray`` (converted with
 ``asnumpy``); every function returns numpy. Labels are float arrays N x 4+
 whose first four columns are ``xmin, ymin, xmax, ymax`` in pixels; the other
-columns (class id, difficult flag, ...) are carried along. Labels come back as
-new float32 arrays; inputs are never modified. A label of None is allowed
+columns (class id, difficult flag, ...) are carried along. Images keep their
+dtype except in :func:`normalize` (float32 CHW) and :func:`random_color_distort`
+(float32 unless uint8). Labels come back as new float32 arrays; inputs are
+never modified. A label of None is allowed
 where only the image matters and comes back as None.
 
 Random transforms take ``rng``: a ``numpy.random.RandomState`` or
@@ -17,7 +19,8 @@ import numpy as np
 
 from ..bbox import bbox_iou
 
-__all__ = ['IMAGENET_MEAN', 'IMAGENET_STD', 'MEAN_COLOR', 'imresize', 'bbox_resize',
+__all__ = ['IMAGENET_MEAN', 'IMAGENET_STD', 'MEAN_COLOR', 'SSD_CROP_CONSTRAINTS', 'INTERP_AUTO',
+           'INTERP_RANDOM', 'imresize', 'bbox_resize',
            'bbox_flip', 'bbox_translate', 'bbox_crop', 'resize', 'resize_short_within',
            'random_flip', 'random_expand', 'random_crop_with_constraints',
            'random_color_distort', 'normalize']
@@ -32,6 +35,8 @@ SSD_CROP_CONSTRAINTS = ((0.1, None), (0.3, None), (0.5, None), (0.7, None), (0.9
 
 INTERP_AUTO = 9     # cubic to enlarge, area to shrink, linear otherwise (as mxnet)
 INTERP_RANDOM = 10  # one of the OpenCV methods 0-4 at random
+
+_CV2_DTYPES = ('uint8', 'int8', 'uint16', 'int16', 'int32', 'float32', 'float64')
 
 _GRAY = np.array([0.299, 0.587, 0.114])
 _RGB_TO_YIQ = np.array([[0.299, 0.587, 0.114],
@@ -271,7 +276,10 @@ def random_flip(img, label, px=0.5, rng=None):
     flipped = bool(_rng(rng).uniform(0, 1) < px)
     if not flipped:
         return img.copy(), _label(label), False
-    out = np.ascontiguousarray(img[:, ::-1])
+    if img.dtype.name in _CV2_DTYPES:
+        out = cv2.flip(img, 1).reshape(img.shape)
+    else:
+        out = np.ascontiguousarray(img[:, ::-1])
     return out, bbox_flip(label, (img.shape[1], img.shape[0]), flip_x=True), True
 
 
@@ -281,6 +289,19 @@ def _fill_value(fill, img):
         raise ValueError('fill must be a number or one value per channel (%d), got %s'
                          % (img.shape[2], fill.shape))
     return np.round(fill) if img.dtype.kind in 'ui' else fill
+
+
+def _pad(img, top, bottom, left, right, fill):
+    """``img`` with constant borders of colour ``fill`` (OpenCV when it can, numpy otherwise)."""
+    h, w, c = img.shape
+    if img.dtype.name in _CV2_DTYPES and c <= 4:
+        value = tuple(np.broadcast_to(fill, (c,)).tolist()) + (0,) * (4 - c)
+        out = cv2.copyMakeBorder(img, top, bottom, left, right, cv2.BORDER_CONSTANT, value=value)
+        return out.reshape(h + top + bottom, w + left + right, c)
+    out = np.empty((h + top + bottom, w + left + right, c), dtype=img.dtype)
+    out[...] = fill
+    out[top:top + h, left:left + w] = img
+    return out
 
 
 def random_expand(img, label, max_ratio=4, fill=MEAN_COLOR, keep_ratio=True, rng=None):
@@ -306,7 +327,7 @@ def random_expand(img, label, max_ratio=4, fill=MEAN_COLOR, keep_ratio=True, rng
         ``(x_offset, y_offset, canvas_width, canvas_height)``.
     """
     img = _image(img)
-    h, w, c = img.shape
+    h, w = img.shape[:2]
     if max_ratio <= 1:
         return img.copy(), _label(label), (0, 0, w, h)
     rng = _rng(rng)
@@ -315,9 +336,7 @@ def random_expand(img, label, max_ratio=4, fill=MEAN_COLOR, keep_ratio=True, rng
     out_h, out_w = int(h * ratio_y), int(w * ratio_x)
     off_y = _randint(rng, out_h - h + 1)
     off_x = _randint(rng, out_w - w + 1)
-    canvas = np.empty((out_h, out_w, c), dtype=img.dtype)
-    canvas[...] = _fill_value(fill, img)
-    canvas[off_y:off_y + h, off_x:off_x + w] = img
+    canvas = _pad(img, off_y, out_h - h - off_y, off_x, out_w - w - off_x, _fill_value(fill, img))
     return canvas, bbox_translate(label, off_x, off_y), (off_x, off_y, out_w, out_h)
 
 
@@ -453,7 +472,8 @@ def random_color_distort(img, brightness_delta=32, contrast_low=0.5, contrast_hi
     Hue rotates the chroma plane of YIQ by up to ``hue_delta`` degrees
     (GluonCV multiplies its draw by pi, which turns any hue_delta >= 1 into a
     uniformly random hue). The steps are composed into one colour matrix, so
-    the image is touched once.
+    the image is touched once; a uint8 image comes back as uint8 (rounded,
+    saturated), other images as float32 clipped to [0, 255].
 
     Parameters
     ----------
@@ -466,7 +486,7 @@ def random_color_distort(img, brightness_delta=32, contrast_low=0.5, contrast_hi
 
     Returns
     -------
-    numpy.ndarray, HxWx3 float32 clipped to [0, 255]
+    numpy.ndarray, HxWx3, uint8 for uint8 input, float32 otherwise
     """
     img = _image(img)
     if img.shape[2] != 3:
@@ -474,11 +494,14 @@ def random_color_distort(img, brightness_delta=32, contrast_low=0.5, contrast_hi
                          % (img.shape,))
     matrix, bias = _color_transform(_rng(rng), brightness_delta, (contrast_low, contrast_high),
                                     (saturation_low, saturation_high), hue_delta)
-    out = img.astype(np.float32)
-    if not (np.array_equal(matrix, np.eye(3)) and not bias.any()):
+    if img.dtype != np.uint8:
+        img = img.astype(np.float32)
+    if np.array_equal(matrix, np.eye(3)) and not bias.any():
+        out = img.copy()
+    else:
         affine = np.hstack([matrix, bias[:, None]]).astype(np.float32)
-        out = cv2.transform(out, affine).reshape(img.shape)
-    return np.clip(out, 0, 255, out=out)
+        out = cv2.transform(img, affine).reshape(img.shape)
+    return out if out.dtype == np.uint8 else np.clip(out, 0, 255, out=out)
 
 
 def normalize(img, mean=IMAGENET_MEAN, std=IMAGENET_STD):
@@ -502,6 +525,9 @@ def normalize(img, mean=IMAGENET_MEAN, std=IMAGENET_STD):
     if mean.size != img.shape[2] or std.size != img.shape[2] or not (std > 0).all():
         raise ValueError('normalize: mean and std need one value per channel (%d) and std > 0, '
                          'got %s and %s' % (img.shape[2], mean.tolist(), std.tolist()))
-    scale = 1.0 / (255.0 * std)
-    out = img.astype(np.float32).transpose(2, 0, 1)
-    return np.ascontiguousarray(out * scale[:, None, None] - (mean / std)[:, None, None])
+    scale, shift = 1.0 / (255.0 * std), mean / std
+    out = np.empty((img.shape[2],) + img.shape[:2], dtype=np.float32)
+    for c in range(img.shape[2]):
+        np.multiply(img[:, :, c], scale[c], out=out[c], casting='unsafe')
+        out[c] -= shift[c]
+    return out
