@@ -1,0 +1,14 @@
+"""Detection datasets: VOC, COCO, KITTI and the built-in demo set.
+
+Every dataset yields ``(image, label)``: ``image`` an ``mx.nd.NDArray`` H x W x 3
+uint8 RGB, ``label`` a float32 numpy array N x 6 ``[xmin, ymin, xmax, ymax,
+class_id, difficult]``. Transforms live in :mod:`gluondet.data.transforms`.
+"""
+from .base import DatasetError, DatasetReport, DetectionDataset
+from .coco import COCODetection
+from .demo import DemoDetection
+from .kitti import KITTIDetection
+from .voc import VOCDetection
+
+__all__ = ['COCODetection', 'DatasetError', 'DatasetReport', 'DemoDetection', 'DetectionDataset',
+           'KITTIDetection', 'VOCDetection']

@@ -1,0 +1,304 @@
+"""COCO-format detection datasets (the json is parsed here; pycocotools is not needed)."""
+import json
+import math
+import os
+from collections import defaultdict
+from numbers import Number
+
+import numpy as np
+
+from .base import DatasetError, DetectionDataset, Record, empty_label, safe_join
+
+__all__ = ['COCODetection', 'coco_to_xyxy', 'xyxy_to_coco']
+
+
+def coco_to_xyxy(bbox):
+    """COCO ``[x, y, w, h]`` -> ``[xmin, ymin, xmax, ymax]`` in the dataset pixel frame.
+
+    The corners ``x, y, x + w, y + h`` are read like VOC's 1-based
+    ``bndbox`` and shifted by -1 as :class:`VOCDetection` shifts them, so a
+    json converted from VOC xml by copying the corners (as the BCCD and cards
+    json in ``shared/datasets``, and common voc2coco scripts) gives exactly
+    the VOC loader's boxes. GluonCV's ``COCODetection`` reads ``[x, y, x + w
+    - 1, y + h - 1]`` instead: ``xmin, ymin`` differ by one pixel.
+    :func:`xyxy_to_coco` is the exact inverse.
+    """
+    x, y, w, h = bbox
+    return x - 1., y - 1., x + w - 1., y + h - 1.
+
+
+def xyxy_to_coco(boxes):
+    """Inverse of :func:`coco_to_xyxy`: ``N x 4`` corner boxes -> ``N x 4`` ``[x, y, w, h]``.
+
+    For writing detections back in the json's frame (COCO evaluation).
+    """
+    boxes = np.asarray(boxes, dtype=np.float64).reshape(-1, 4)
+    return np.concatenate([boxes[:, :2] + 1., boxes[:, 2:] - boxes[:, :2]], axis=1)
+
+
+def _load_json(path):
+    try:
+        with open(path, encoding='utf-8') as f:
+            return json.load(f)
+    except FileNotFoundError:
+        raise DatasetError(path, 'json', 'annotation file not found', 'bad_layout') from None
+    except OSError as err:
+        raise DatasetError(path, 'json', 'cannot be read (%s)' % err.strerror,
+                           'bad_layout') from None
+    except json.JSONDecodeError as err:
+        raise DatasetError(path, 'json', 'malformed JSON at line %d column %d: %s'
+                           % (err.lineno, err.colno, err.msg), 'bad_layout') from None
+    except UnicodeDecodeError as err:
+        raise DatasetError(path, 'json', 'not UTF-8 text (%s)' % err.reason, 'bad_layout') from None
+
+
+def _list(path, data, key):
+    value = data.get(key) if isinstance(data, dict) else None
+    if not isinstance(value, list):
+        raise DatasetError(path, key, 'missing or not a list (is this a COCO instances file?)',
+                           'bad_layout')
+    return value
+
+
+def _is_number(value):
+    return isinstance(value, Number) and not isinstance(value, bool) and math.isfinite(value)
+
+
+class COCODetection(DetectionDataset):
+    """MS COCO detection data, or any COCO-format json.
+
+    Either GluonCV's layout, ``root/annotations/<split>.json`` with images in
+    ``root/<year folder>`` (``instances_val2017`` -> ``val2017``), or an
+    explicit ``annotation_file`` and ``image_root`` (``file_name`` in the
+    json is relative to ``image_root``; names that are absolute or climb out
+    of it are refused).
+
+    Boxes: see :func:`coco_to_xyxy` (it matches the VOC loader for json made
+    from VOC corners); they are clipped to ``[0, width - 1] x [0, height -
+    1]``, zero-area and inverted boxes are dropped (or raise). Crowd boxes
+    (``iscrowd``) and ``ignore`` boxes are left out of the labels (COCO
+    evaluation reads them from the json itself). Images are in order of
+    their COCO id, as GluonCV.
+
+    Parameters
+    ----------
+    root : str, default '~/.mxnet/datasets/coco'
+        Dataset folder (GluonCV layout).
+    splits : str or sequence of one str, default ('instances_val2017',)
+        Annotation file name without ``.json`` (GluonCV layout).
+    transform : callable, optional
+        ``fn(image, label)`` applied to every item.
+    min_object_area : float, default 0
+        Boxes whose ``area`` (or ``w * h`` if absent) is smaller are left out.
+    skip_empty : bool, default True
+        Leave out images with no box (GluonCV's default, for training). If
+        False they are kept with a ``0 x 6`` label.
+    use_crowd : bool, default False
+        Keep crowd boxes as ordinary boxes (GluonCV's default is True).
+    annotation_file, image_root : str, optional
+        The json and the image folder, instead of ``root`` and ``splits``.
+    classes : sequence of str, optional
+        Class names; default the json's categories in order of id. If given,
+        categories are matched by name (case-insensitively) and boxes of other
+        categories are dropped as ``unknown_class`` (or raise).
+    on_error : {'skip', 'raise'}
+        See :class:`DetectionDataset`.
+
+    Attributes
+    ----------
+    annotation_file : str
+        The json path.
+    image_ids : list
+        COCO image id of each item.
+    json_id_to_contiguous, contiguous_id_to_json : dict
+        Category id in the json <-> class id in the labels.
+    """
+
+    def __init__(self, root=os.path.join('~', '.mxnet', 'datasets', 'coco'),
+                 splits=('instances_val2017',), transform=None, min_object_area=0,
+                 skip_empty=True, use_crowd=False, annotation_file=None, image_root=None,
+                 classes=None, on_error='skip'):
+        self.annotation_file, self._image_root = self._locate(root, splits, annotation_file,
+                                                              image_root)
+        data = _load_json(self.annotation_file)
+        categories = self._categories(data)
+        super().__init__(classes or [name for _, name in categories], transform, on_error)
+        self._min_object_area = min_object_area
+        self._skip_empty = skip_empty
+        self._use_crowd = use_crowd
+        self.json_id_to_contiguous = {}
+        for cat_id, name in categories:
+            class_id = self.class_id(name)
+            if class_id is not None:
+                self.json_id_to_contiguous[cat_id] = class_id
+        self.contiguous_id_to_json = {v: k for k, v in self.json_id_to_contiguous.items()}
+        self._category_names = dict(categories)
+        self.image_ids = []
+        self._coco = None
+        records = self._build(data)
+        self._finish(records, 'COCODetection(%s)' % self.annotation_file)
+
+    @staticmethod
+    def _locate(root, splits, annotation_file, image_root):
+        if annotation_file is not None:
+            if image_root is None:
+                raise ValueError('annotation_file needs image_root (the folder file_name is '
+                                 'relative to)')
+            return os.path.expanduser(annotation_file), os.path.expanduser(image_root)
+        splits = (splits,) if isinstance(splits, str) else tuple(splits)
+        if len(splits) != 1:
+            raise ValueError('COCODetection reads one annotation file; got splits=%r (build one '
+                             'dataset per split)' % (splits,))
+        root = os.path.expanduser(root)
+        split = splits[0]
+        folder = image_root or os.path.join(root, split.split('_')[-1])
+        return os.path.join(root, 'annotations', split + '.json'), os.path.expanduser(folder)
+
+    def _categories(self, data):
+        """``[(json id, name)]`` sorted by id."""
+        path = self.annotation_file
+        categories = {}
+        for i, cat in enumerate(_list(path, data, 'categories')):
+            if not isinstance(cat, dict) or 'id' not in cat or not isinstance(cat.get('name'), str):
+                raise DatasetError(path, 'categories[%d]' % i, 'needs an id and a name',
+                                   'bad_layout')
+            if cat['id'] in categories:
+                raise DatasetError(path, 'categories[%d]/id' % i, 'duplicate id %r' % cat['id'],
+                                   'bad_layout')
+            categories[cat['id']] = cat['name']
+        try:
+            return sorted(categories.items())
+        except TypeError:
+            raise DatasetError(path, 'categories', 'ids must all be numbers or all be strings',
+                               'bad_layout') from None
+
+    def _build(self, data):
+        path = self.annotation_file
+        images = _list(path, data, 'images')
+        annotations = defaultdict(list)
+        for i, ann in enumerate(_list(path, data, 'annotations')):
+            if not isinstance(ann, dict) or 'image_id' not in ann:
+                raise DatasetError(path, 'annotations[%d]' % i, 'needs an image_id', 'bad_layout')
+            annotations[ann['image_id']].append((i, ann))
+        seen = set()
+        records = []
+        for i, entry in sorted(enumerate(images), key=lambda item: self._image_key(*item)):
+            image_id = entry['id']
+            if image_id in seen:
+                raise DatasetError(path, 'images[%d]/id' % i, 'duplicate id %r' % image_id,
+                                   'bad_layout')
+            seen.add(image_id)
+            record = self._record(i, entry, annotations.get(image_id, ()))
+            if record is not None:
+                records.append(record)
+                self.image_ids.append(image_id)
+        return records
+
+    def _image_key(self, index, entry):
+        if not isinstance(entry, dict) or not isinstance(entry.get('id'), (int, str)):
+            raise DatasetError(self.annotation_file, 'images[%d]/id' % index,
+                               'missing or not an int or str', 'bad_layout')
+        return (isinstance(entry['id'], str), entry['id'])
+
+    def _record(self, index, entry, annotations):
+        """One Record, or None if the image is skipped."""
+        field = 'images[%d]' % index
+        try:
+            file_name = entry.get('file_name')
+            if not isinstance(file_name, str):
+                raise DatasetError(self.annotation_file, field + '/file_name',
+                                   'missing or not a string', 'bad_annotation')
+            image_path = safe_join(self._image_root, file_name)
+            if image_path is None:
+                raise DatasetError(self.annotation_file, field + '/file_name', 'refused: %r is '
+                                   'not a relative path inside %s' % (file_name, self._image_root),
+                                   'unsafe_path')
+            stated = self._stated_size(field, entry)
+        except DatasetError as error:
+            self._fail(error)
+            return None
+        size = self._image_size_or_skip(image_path, self.annotation_file, stated)
+        if size is None:
+            return None
+        label = self._label(annotations, size)
+        if label is None:
+            return None
+        if not len(label) and self._skip_empty:
+            self.report.skip_image('empty', '%s: no box (%s)' % (field, file_name))
+            return None
+        return Record(image_path, label, *size)
+
+    def _stated_size(self, field, entry):
+        width, height = entry.get('width'), entry.get('height')
+        if width is None and height is None:
+            return None
+        if not (_is_number(width) and _is_number(height) and width > 0 and height > 0):
+            raise DatasetError(self.annotation_file, field + '/width,height', 'expected positive '
+                               'numbers, got %r, %r' % (width, height), 'bad_annotation')
+        return int(width), int(height)
+
+    def _label(self, annotations, size):
+        """N x 6 label of one image, or None if one of its annotations is malformed."""
+        rows = []
+        for index, ann in annotations:
+            field = 'annotations[%d]' % index
+            try:
+                bbox = self._bbox(field, ann)
+            except DatasetError as error:
+                self._fail(error)
+                return None
+            if self._left_out(field, ann, bbox):
+                continue
+            class_id = self.json_id_to_contiguous[ann['category_id']]
+            box = self._clean_box(coco_to_xyxy(bbox), size[0], size[1], self.annotation_file,
+                                  field + '/bbox', written=bbox)
+            if box is not None:
+                rows.append(box + (class_id, 0))
+        return np.array(rows, dtype=np.float32).reshape(-1, 6) if rows else empty_label()
+
+    def _bbox(self, field, ann):
+        bbox = ann.get('bbox')
+        if not (isinstance(bbox, list) and len(bbox) == 4 and all(_is_number(v) for v in bbox)):
+            raise DatasetError(self.annotation_file, field + '/bbox', 'expected [x, y, w, h] '
+                               'finite numbers, got %r' % (bbox,), 'bad_annotation')
+        if ann.get('category_id') not in self._category_names:
+            raise DatasetError(self.annotation_file, field + '/category_id', 'no category with id '
+                               '%r' % (ann.get('category_id'),), 'bad_annotation')
+        return bbox
+
+    def _left_out(self, field, ann, bbox):
+        """True (after counting it) if a well-formed annotation is not a training box."""
+        where = '%s: %s' % (self.annotation_file, field)
+        if ann.get('iscrowd', 0) and not self._use_crowd:
+            self.report.drop_box('crowd', where)
+            return True
+        if ann.get('ignore', 0) == 1:
+            self.report.drop_box('ignored', where)
+            return True
+        area = ann.get('area', bbox[2] * bbox[3])
+        if _is_number(area) and area < self._min_object_area:
+            self.report.drop_box('small', where)
+            return True
+        if ann['category_id'] not in self.json_id_to_contiguous:
+            self._fail(DatasetError(self.annotation_file, field + '/category_id', 'category %r is '
+                                    'not one of the classes %s' % (
+                                        self._category_names[ann['category_id']],
+                                        ', '.join(self.classes)), 'unknown_class'), box=True)
+            return True
+        return False
+
+    def to_coco_bbox(self, boxes):
+        """Corner boxes in this dataset's frame -> COCO ``[x, y, w, h]`` (see :func:`xyxy_to_coco`)."""
+        return xyxy_to_coco(boxes)
+
+    @property
+    def coco(self):
+        """A ``pycocotools.coco.COCO`` of :attr:`annotation_file` (needs pycocotools)."""
+        if self._coco is None:
+            try:
+                from pycocotools.coco import COCO
+            except ImportError:
+                raise ImportError('COCODetection.coco needs pycocotools: pip install pycocotools '
+                                  '(or evaluate from annotation_file with faster-coco-eval)') from None
+            self._coco = COCO(self.annotation_file)
+        return self._coco
