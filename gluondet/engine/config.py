@@ -1,0 +1,197 @@
+"""The training configuration: one frozen dataclass, built once, checked once."""
+import dataclasses
+import difflib
+from typing import Tuple
+
+LR_MODES = ('step', 'cosine')
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+    """Everything `gluondet.engine.fit` needs besides the task.
+
+    Defaults follow GluonCV's ``train_ssd.py``. The object is frozen: derive a
+    changed copy with ``dataclasses.replace(config, lr=0.01)``.
+
+    Parameters
+    ----------
+    gpus : str
+        GPU ids such as ``'0,1'``; ``''`` trains on the CPU.
+    cpus : int
+        Number of CPU contexts when ``gpus`` is empty (more than one splits each
+        batch over ``cpu(0) .. cpu(n-1)``, which is how multi-device code is
+        tested without a GPU).
+    batch_size : int
+        Samples per optimizer step over all devices and processes.
+    num_workers : int
+        DataLoader worker processes (0 loads in the training process).
+    epochs, start_epoch : int
+        Train epochs ``start_epoch .. epochs - 1`` (0-based, as GluonCV).
+        A resumed checkpoint overrides ``start_epoch``.
+    resume : str
+        ``''`` (fresh start), ``'auto'`` (``{save_prefix}_last.json`` if it
+        exists), a checkpoint ``.json``, or a ``.params`` file (weights only,
+        as GluonCV's ``--resume``).
+    lr, wd, momentum : float
+        Base learning rate, weight decay, momentum (momentum only for
+        optimizers that take one).
+    optimizer : str
+        An MXNet optimizer name (``'sgd'``, ``'nag'``, ``'adam'``, ...).
+    lr_mode : {'step', 'cosine'}
+        ``step``: multiply by ``lr_decay`` at the start of each epoch in
+        ``lr_decay_epoch``; ``cosine``: from ``lr`` to 0 between the end of
+        warmup and the last iteration.
+    lr_decay : float
+    lr_decay_epoch : tuple of int
+        Epochs (0-based) at whose start the step decay applies; a comma
+        string such as ``'160,200'`` is accepted.
+    warmup_epochs : float
+        Linear warmup length in epochs (fractions allowed).
+    warmup_factor : float
+        Warmup starts at ``lr * warmup_factor``.
+    log_interval : int
+        Steps between log lines, metrics.jsonl records and progress-bar updates.
+    save_prefix : str
+        Path prefix of every file written: ``{save_prefix}_train.log``,
+        ``_metrics.jsonl``, ``_last.json``, ``_best.params``, ...
+    save_interval : int
+        Save ``{save_prefix}_{epoch:04d}_{metric:.4f}.params`` after every
+        ``save_interval``-th epoch (0: never).
+    val_interval : int
+        Validate after every ``val_interval``-th epoch and after the last one
+        (0: never). An epoch whose params are saved is validated too.
+    val_metric : str
+        Key of ``task.validate()``'s result that selects the best model
+        (higher is better).
+    checkpoint_interval : int
+        Also write the resumable checkpoint every this many steps (0: only at
+        the end of each epoch and on SIGINT/SIGTERM).
+    seed : int
+        Seeds initialization, the sampler, the per-sample augmentation and
+        the per-step RNGs.
+    logdir : str
+        TensorBoard directory (``''``: no TensorBoard).
+    hybridize : bool
+        Hybridize the net with ``static_alloc`` and ``static_shape``.
+    stop_on_nonfinite : bool
+        Stop with an error at the first NaN or infinite loss.
+    """
+
+    gpus: str = ''
+    cpus: int = 1
+    batch_size: int = 32
+    num_workers: int = 4
+    epochs: int = 240
+    start_epoch: int = 0
+    resume: str = ''
+    lr: float = 0.001
+    wd: float = 0.0005
+    momentum: float = 0.9
+    optimizer: str = 'sgd'
+    lr_mode: str = 'step'
+    lr_decay: float = 0.1
+    lr_decay_epoch: Tuple[int, ...] = (160, 200)
+    warmup_epochs: float = 0.0
+    warmup_factor: float = 1.0 / 3
+    log_interval: int = 100
+    save_prefix: str = 'model'
+    save_interval: int = 10
+    val_interval: int = 1
+    val_metric: str = 'mAP'
+    checkpoint_interval: int = 0
+    seed: int = 233
+    logdir: str = ''
+    hybridize: bool = True
+    stop_on_nonfinite: bool = True
+
+    def __post_init__(self):
+        object.__setattr__(self, 'lr_decay_epoch', _epoch_list(self.lr_decay_epoch))
+        for field in dataclasses.fields(self):
+            _check_type(field.name, getattr(self, field.name), field.type)
+        _check_values(self)
+
+    @classmethod
+    def from_dict(cls, values, source='config'):
+        """Build a config from a mapping, rejecting unknown keys.
+
+        Parameters
+        ----------
+        values : dict
+            Field names to values; missing fields keep their defaults.
+        source : str
+            What the values came from (a file name, 'flags'), for error messages.
+        """
+        names = [f.name for f in dataclasses.fields(cls)]
+        for key in values:
+            if key not in names:
+                close = difflib.get_close_matches(key, names, n=1)
+                hint = ', did you mean %r?' % close[0] if close else ''
+                raise ValueError('unknown key %r in %s%s' % (key, source, hint))
+        try:
+            return cls(**values)
+        except (TypeError, ValueError) as err:
+            raise ValueError('%s: %s' % (source, err)) from None
+
+    def to_dict(self):
+        """The fields as a JSON-ready dict (tuples become lists)."""
+        out = dataclasses.asdict(self)
+        out['lr_decay_epoch'] = list(self.lr_decay_epoch)
+        return out
+
+
+def _epoch_list(value):
+    if isinstance(value, str):
+        try:
+            return tuple(int(v) for v in value.split(',') if v.strip())
+        except ValueError:
+            raise ValueError('lr_decay_epoch must be comma-separated integers, got %r'
+                             % value) from None
+    if isinstance(value, (list, tuple)):
+        return tuple(value)
+    return value
+
+
+def _check_type(name, value, kind):
+    if kind is float:
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    elif kind is int:
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    elif kind is Tuple[int, ...]:
+        ok = isinstance(value, tuple) and all(
+            isinstance(v, int) and not isinstance(v, bool) for v in value)
+    else:
+        ok = isinstance(value, kind)
+    if not ok:
+        raise TypeError('%s must be %s, got %r' % (name, getattr(kind, '__name__', kind), value))
+
+
+def _check_values(cfg):
+    from mxnet import optimizer
+    checks = [
+        (cfg.cpus >= 1, 'cpus must be >= 1', cfg.cpus),
+        (cfg.batch_size >= 1, 'batch_size must be >= 1', cfg.batch_size),
+        (cfg.num_workers >= 0, 'num_workers must be >= 0', cfg.num_workers),
+        (0 <= cfg.start_epoch <= cfg.epochs, 'need 0 <= start_epoch <= epochs',
+         (cfg.start_epoch, cfg.epochs)),
+        (cfg.lr > 0, 'lr must be > 0', cfg.lr),
+        (cfg.wd >= 0, 'wd must be >= 0', cfg.wd),
+        (cfg.momentum >= 0, 'momentum must be >= 0', cfg.momentum),
+        (cfg.optimizer.lower() in optimizer.Optimizer.opt_registry,
+         'optimizer must be an MXNet optimizer name', cfg.optimizer),
+        (cfg.lr_mode in LR_MODES, 'lr_mode must be one of %s' % (LR_MODES,), cfg.lr_mode),
+        (cfg.lr_decay > 0, 'lr_decay must be > 0', cfg.lr_decay),
+        (all(e >= 0 for e in cfg.lr_decay_epoch), 'lr_decay_epoch must be >= 0',
+         cfg.lr_decay_epoch),
+        (cfg.warmup_epochs >= 0, 'warmup_epochs must be >= 0', cfg.warmup_epochs),
+        (0 <= cfg.warmup_factor <= 1, 'warmup_factor must be in [0, 1]', cfg.warmup_factor),
+        (cfg.log_interval >= 1, 'log_interval must be >= 1', cfg.log_interval),
+        (cfg.save_prefix != '', 'save_prefix must not be empty', cfg.save_prefix),
+        (cfg.save_interval >= 0, 'save_interval must be >= 0', cfg.save_interval),
+        (cfg.val_interval >= 0, 'val_interval must be >= 0', cfg.val_interval),
+        (cfg.checkpoint_interval >= 0, 'checkpoint_interval must be >= 0',
+         cfg.checkpoint_interval),
+        (cfg.seed >= 0, 'seed must be >= 0', cfg.seed),
+    ]
+    for ok, message, value in checks:
+        if not ok:
+            raise ValueError('%s, got %r' % (message, value))

@@ -1,0 +1,351 @@
+"""Hooks: everything the loop does besides forward, backward and step.
+
+A hook sees the loop as ``self.loop`` (set when the loop is built) and may
+keep state for resume through ``state_dict`` / ``load_state_dict`` (JSON-ready
+dicts stored in the checkpoint manifest under the hook's class name).
+`default_hooks` gives the order; it matters where commented.
+"""
+import math
+import signal
+import threading
+import time
+
+from .checkpoint import save_params
+from .data import seed_step
+
+
+class HookBase:
+    """No-op hook; subclasses override the stages they need."""
+
+    loop = None
+
+    def before_train(self):
+        pass
+
+    def before_epoch(self):
+        pass
+
+    def before_step(self):
+        pass
+
+    def after_step(self):
+        pass
+
+    def after_epoch(self):
+        pass
+
+    def after_train(self):
+        """Runs even when training stops with an error: release, do not save."""
+
+    def state_dict(self):
+        return {}
+
+    def load_state_dict(self, state):
+        pass
+
+
+class NonFiniteLossError(RuntimeError):
+    """A loss became NaN or infinite; training stopped without checkpointing it."""
+
+
+class TrainingInterrupted(SystemExit):
+    """SIGINT/SIGTERM stopped training after a checkpoint; exit code 128 + signal number."""
+
+    def __init__(self, signum, message):
+        super().__init__(128 + signum)
+        self.signum = signum
+        self.message = message
+
+    def __str__(self):
+        return self.message
+
+
+def default_hooks(task, config, schedule, checkpointer, reporter):
+    """The engine's hooks for ``config``, in the order they run at every stage."""
+    hooks = [SeedHook(config.seed), LRScheduleHook(schedule)]
+    if config.stop_on_nonfinite:
+        # First after a step: a non-finite step is neither logged as usual nor checkpointed.
+        hooks.append(NonFiniteHook(checkpointer, reporter))
+    return hooks + [
+        LoggingHook(reporter, config),
+        # Checkpoint before validating: a failing evaluation leaves a checkpoint to debug.
+        CheckpointHook(checkpointer, config.checkpoint_interval),
+        ValidationHook(task, config, checkpointer, reporter),
+        # Last: a signal is acted on once this step's (or epoch's) other hooks are done.
+        SignalHook(checkpointer, reporter),
+    ]
+
+
+class SeedHook(HookBase):
+    """Seeds python, numpy and MXNet RNGs from (seed, iteration) before each step,
+    so dropout or random sampling inside the net repeats exactly after a resume."""
+
+    def __init__(self, seed):
+        self.seed = seed
+
+    def before_step(self):
+        seed_step(self.seed, self.loop.state.iteration)
+
+
+class LRScheduleHook(HookBase):
+    """Sets the learning rate of each step from the global iteration (`LRSchedule`)."""
+
+    def __init__(self, schedule):
+        self.schedule = schedule
+
+    def before_step(self):
+        state = self.loop.state
+        state.lr = self.schedule(state.iteration)
+        self.loop.trainer.set_learning_rate(state.lr)
+
+
+class NonFiniteHook(HookBase):
+    """Stops training at the first NaN or infinite loss, naming epoch and iteration."""
+
+    def __init__(self, checkpointer, reporter):
+        self.checkpointer = checkpointer
+        self.reporter = reporter
+
+    def after_step(self):
+        state = self.loop.state
+        values = state.loss_values()
+        bad = {k: v for k, v in values.items() if not math.isfinite(v)}
+        if not bad:
+            return
+        last = self.checkpointer.last_path
+        message = ('non-finite loss at epoch %d, iteration %d (batch %d of the epoch, lr %g): %s; '
+                   'training stopped. %s' % (
+                       state.epoch, state.iteration, state.batch - 1, state.lr,
+                       ', '.join('%s=%s' % kv for kv in values.items()),
+                       'The last good checkpoint, %s, was left untouched.' % last if last
+                       else 'No checkpoint had been written yet.'))
+        self.reporter.info(message)
+        raise NonFiniteLossError(message)
+
+
+class LoggingHook(HookBase):
+    """Progress bar, log lines, metrics.jsonl and TensorBoard during training.
+
+    Parameters
+    ----------
+    reporter : Reporter
+    config : TrainConfig
+        Logged at the start; gives ``log_interval`` (steps between reports)
+        and ``batch_size`` (for samples/s).
+    """
+
+    def __init__(self, reporter, config):
+        self.reporter = reporter
+        self.config = config
+        self._jsonl_offset = None
+        self._epoch_sums, self._epoch_steps = {}, 0
+        self._sums, self._steps = {}, 0
+        self._tic = self._epoch_tic = time.time()
+
+    def before_train(self):
+        state = self.loop.state
+        resumed = self._jsonl_offset is not None
+        self.reporter.start_metrics(self._jsonl_offset, state.iteration if resumed else None)
+        self.reporter.info(str(self.config))
+        self.reporter.info('Start training from [Epoch %d] (batch %d, iteration %d)'
+                           % (state.epoch, state.batch, state.iteration))
+        self._tic = time.time()
+
+    def before_epoch(self):
+        state = self.loop.state
+        if state.batch == 0:
+            self._epoch_sums, self._epoch_steps = {}, 0
+        self._epoch_tic = time.time()
+        self.reporter.start_epoch(state.epoch, state.batches_per_epoch, state.batch)
+
+    def after_step(self):
+        values = self.loop.state.loss_values()
+        for name, value in values.items():
+            self._sums[name] = self._sums.get(name, 0.0) + value
+            self._epoch_sums[name] = self._epoch_sums.get(name, 0.0) + value
+        self._steps += 1
+        self._epoch_steps += 1
+        self.reporter.advance()
+        if self.loop.state.batch % self.config.log_interval == 0:
+            self._report()
+
+    def after_epoch(self):
+        self.reporter.end_epoch()
+        means = {k: v / max(1, self._epoch_steps) for k, v in self._epoch_sums.items()}
+        self.reporter.epoch_summary(self.loop.state.epoch, time.time() - self._epoch_tic, means)
+
+    def _report(self):
+        state = self.loop.state
+        elapsed = max(time.time() - self._tic, 1e-9)
+        self.reporter.train({
+            'epoch': state.epoch, 'batch': state.batch - 1, 'iteration': state.iteration,
+            'lr': state.lr, 'samples_per_sec': self._steps * self.config.batch_size / elapsed,
+            'losses': {k: v / self._steps for k, v in self._sums.items()}})
+        self._sums, self._steps, self._tic = {}, 0, time.time()
+
+    def state_dict(self):
+        return {'jsonl_offset': self.reporter.jsonl_offset(),
+                'epoch_sums': self._epoch_sums, 'epoch_steps': self._epoch_steps}
+
+    def load_state_dict(self, state):
+        self._jsonl_offset = state['jsonl_offset']
+        self._epoch_sums = dict(state['epoch_sums'])
+        self._epoch_steps = state['epoch_steps']
+
+
+class CheckpointHook(HookBase):
+    """Writes the resumable checkpoint every ``interval`` steps (0: never mid-epoch)
+    and at the end of every epoch."""
+
+    def __init__(self, checkpointer, interval=0):
+        self.checkpointer = checkpointer
+        self.interval = interval
+
+    def after_step(self):
+        if self.interval and self.loop.state.iteration % self.interval == 0:
+            self.checkpointer.save(self.loop)
+
+    def after_epoch(self):
+        self.checkpointer.save(self.loop)
+
+
+class ValidationHook(HookBase):
+    """Validates, keeps the best metric, writes GluonCV's params files.
+
+    After every ``val_interval``-th epoch, every ``save_interval``-th epoch
+    and the last epoch (if ``val_interval`` > 0) it calls
+    ``task.validate(net, ctx_list)`` and reports the result. When
+    ``metrics[val_metric]`` beats the best so far it writes
+    ``{save_prefix}_best.params`` and appends to ``{save_prefix}_best_map.log``;
+    every ``save_interval``-th epoch it writes
+    ``{save_prefix}_{epoch:04d}_{metric:.4f}.params``. Each params file gets a
+    ``.json`` beside it (meta, epoch, metrics, config). Then the checkpoint
+    manifest is rewritten so the new best survives a resume, and the net is
+    hybridized again (``validate`` may have re-hybridized it for inference).
+    """
+
+    def __init__(self, task, config, checkpointer, reporter):
+        self.task = task
+        self.config = config
+        self.checkpointer = checkpointer
+        self.reporter = reporter
+        self.best = None
+        self.best_epoch = None
+        self.validated_epoch = None
+        self._restored = False
+
+    def before_train(self):
+        # A kill during validation leaves the epoch's checkpoint without its
+        # validation: run it now, on exactly those weights.
+        state = self.loop.state
+        done = state.epoch - 1
+        if (self._restored and state.batch == 0 and done >= 0 and self._due(done)
+                and (self.validated_epoch is None or self.validated_epoch < done)):
+            self._validate(done)
+
+    def after_epoch(self):
+        if self._due(self.loop.state.epoch):
+            self._validate(self.loop.state.epoch)
+
+    def _due(self, epoch):
+        val, save = self.config.val_interval, self.config.save_interval
+        return bool(val) and ((epoch + 1) % val == 0 or epoch + 1 == self.loop.epochs
+                              or (save and (epoch + 1) % save == 0))
+
+    def _validate(self, epoch):
+        loop = self.loop
+        metrics = _checked_metrics(self.task.validate(loop.net, list(loop.runtime.ctx)),
+                                   self.config.val_metric)
+        loop.state.metrics = metrics
+        self.reporter.validation(epoch, loop.state.iteration, metrics)
+        if loop.runtime.is_main:
+            self._save_params(epoch, metrics)
+        self.validated_epoch = epoch
+        self.checkpointer.save(loop)
+        if self.config.hybridize:
+            loop.net.hybridize(static_alloc=True, static_shape=True)
+
+    def _save_params(self, epoch, metrics):
+        value, prefix = metrics[self.config.val_metric], self.config.save_prefix
+        info = {'meta': self.checkpointer.meta, 'epoch': epoch,
+                'iteration': self.loop.state.iteration, 'metrics': _json_metrics(metrics),
+                'config': self.config.to_dict()}
+        if math.isfinite(value) and (self.best is None or value > self.best):
+            self.best, self.best_epoch = value, epoch
+            save_params(self.loop.net, prefix + '_best.params', info)
+            with open(prefix + '_best_map.log', 'a') as f:
+                f.write('{:04d}:\t{:.4f}\n'.format(epoch, value))
+        if self.config.save_interval and (epoch + 1) % self.config.save_interval == 0:
+            save_params(self.loop.net, '{:s}_{:04d}_{:.4f}.params'.format(prefix, epoch, value),
+                        info)
+
+    def state_dict(self):
+        return {'best': self.best, 'best_epoch': self.best_epoch,
+                'validated_epoch': self.validated_epoch}
+
+    def load_state_dict(self, state):
+        self.best, self.best_epoch = state['best'], state['best_epoch']
+        self.validated_epoch = state['validated_epoch']
+        self._restored = True
+
+
+def _checked_metrics(metrics, key):
+    if not isinstance(metrics, dict):
+        raise TypeError('task.validate must return {name: float}, got %r' % type(metrics).__name__)
+    if key not in metrics:
+        raise KeyError('task.validate returned %s but not val_metric %r'
+                       % (sorted(metrics), key))
+    return {str(k): float(v) for k, v in metrics.items()}
+
+
+def _json_metrics(metrics):
+    return {k: (v if math.isfinite(v) else None) for k, v in metrics.items()}
+
+
+class SignalHook(HookBase):
+    """On SIGINT or SIGTERM: finish the step, checkpoint, raise `TrainingInterrupted`.
+
+    A second SIGINT before that interrupts at once (KeyboardInterrupt).
+    Handlers are only installed when training runs in the main thread.
+    """
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self, checkpointer, reporter):
+        self.checkpointer = checkpointer
+        self.reporter = reporter
+        self.requested = None
+        self._previous = {}
+
+    def before_train(self):
+        if threading.current_thread() is threading.main_thread():
+            self._previous = {s: signal.signal(s, self._handle) for s in self.SIGNALS}
+
+    def _handle(self, signum, frame):
+        if self.requested == signal.SIGINT and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        self.requested = signum
+
+    def after_step(self):
+        if self.requested is not None:
+            self._stop()
+
+    def after_epoch(self):
+        if self.requested is not None:
+            self._stop()
+
+    def after_train(self):
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+        self._previous = {}
+
+    def _stop(self):
+        state = self.loop.state
+        self.checkpointer.save(self.loop)
+        name = signal.Signals(self.requested).name
+        message = ('%s: stopped at epoch %d, batch %d, iteration %d; checkpoint %s. Resume with '
+                   "resume='auto' or resume=%r." % (name, state.epoch, state.batch,
+                                                    state.iteration, self.checkpointer.last_path,
+                                                    self.checkpointer.last_path))
+        self.reporter.info(message)
+        raise TrainingInterrupted(self.requested, message)

@@ -1,0 +1,191 @@
+"""The one training loop and `fit`, which assembles it from a task and a config."""
+import dataclasses
+from typing import Optional
+
+from mxnet import autograd, gluon, nd
+
+from .checkpoint import Checkpointer
+from .context import local_runtime
+from .data import TrainData, seed_all
+from .hooks import ValidationHook, default_hooks
+from .logging import Reporter
+from .schedule import LRSchedule
+
+
+@dataclasses.dataclass
+class TrainState:
+    """Where training is; the hooks read it, the loop advances it.
+
+    ``epoch`` is the epoch in progress, ``batch`` the batches done in it and
+    ``iteration`` the optimizer steps done in total. ``losses`` holds the
+    last step's ``{name: [NDArray per context]}``, ``metrics`` the last
+    validation's result.
+    """
+
+    batches_per_epoch: int
+    epoch: int = 0
+    batch: int = 0
+    iteration: int = 0
+    lr: float = 0.0
+    losses: dict = dataclasses.field(default_factory=dict)
+    metrics: dict = dataclasses.field(default_factory=dict)
+    _values: Optional[dict] = None
+
+    def position(self):
+        """``(epoch, batch, iteration)``, a finished epoch given as the next one's start."""
+        if self.batch == self.batches_per_epoch:
+            return self.epoch + 1, 0, self.iteration
+        return self.epoch, self.batch, self.iteration
+
+    def set_losses(self, losses):
+        self.losses = losses
+        self._values = None
+
+    def loss_values(self):
+        """The last step's losses as ``{name: float}`` (each summed over contexts)."""
+        if self._values is None:
+            self._values = {name: float(sum(t.sum().asscalar() for t in terms))
+                            for name, terms in self.losses.items()}
+        return self._values
+
+
+class TrainLoop:
+    """Runs the epochs; every other concern is a hook.
+
+    Parameters
+    ----------
+    net : gluon.HybridBlock
+    trainer : gluon.Trainer
+    task : object
+        Follows the task contract (`gluondet.engine`).
+    data : TrainData
+    hooks : list of HookBase
+        Called in list order at each stage.
+    epochs : int
+        Train until ``state.epoch == epochs``.
+    runtime : Runtime
+    state : TrainState
+    """
+
+    def __init__(self, net, trainer, task, data, hooks, epochs, runtime, state):
+        self.net, self.trainer, self.task, self.data = net, trainer, task, data
+        self.epochs, self.runtime, self.state = epochs, runtime, state
+        self.hooks = []
+        for hook in hooks:
+            hook.loop = self
+            self.hooks.append(hook)
+
+    def train(self):
+        """Train from ``state`` to ``epochs``; ``after_train`` runs even on error."""
+        self._call('before_train')
+        try:
+            while self.state.epoch < self.epochs:
+                self._call('before_epoch')
+                for batch in self.data.epoch(self.state.epoch, self.state.batch):
+                    self._call('before_step')
+                    self.run_step(batch)
+                    self.state.batch += 1
+                    self.state.iteration += 1
+                    self._call('after_step')
+                self._call('after_epoch')
+                self.state.epoch += 1
+                self.state.batch = 0
+        finally:
+            self._call('after_train')
+
+    def run_step(self, batch):
+        """Forward the task's losses, backward their sum, one optimizer step."""
+        parts = split_batch(batch, self.runtime.ctx)
+        with autograd.record():
+            losses = self.task.losses(self.net, parts)
+            totals = _per_context_totals(losses, len(parts))
+        autograd.backward(totals)
+        self.trainer.step(1)
+        self.state.set_losses(losses)
+
+    def _call(self, stage):
+        for hook in self.hooks:
+            getattr(hook, stage)()
+
+
+def split_batch(batch, ctx_list):
+    """``[tuple of NDArrays for context k]``: each batch element split over the contexts."""
+    if isinstance(batch, nd.NDArray):
+        batch = (batch,)
+    columns = [gluon.utils.split_and_load(x, ctx_list, even_split=False) for x in batch]
+    return [tuple(parts) for parts in zip(*columns)]
+
+
+def _per_context_totals(losses, num_ctx):
+    if not isinstance(losses, dict) or not losses:
+        raise TypeError('task.losses must return a non-empty {name: [NDArray per context]}, '
+                        'got %r' % type(losses).__name__)
+    for name, terms in losses.items():
+        if not isinstance(terms, (list, tuple)) or len(terms) != num_ctx:
+            raise TypeError('task.losses()[%r] must be a list of %d NDArrays (one per context)'
+                            % (name, num_ctx))
+    return [nd.add_n(*[terms[k].sum() for terms in losses.values()]) for k in range(num_ctx)]
+
+
+@dataclasses.dataclass
+class FitResult:
+    """What `fit` leaves: the trained net and where training ended."""
+
+    net: gluon.HybridBlock
+    epoch: int
+    iteration: int
+    best: Optional[float]
+    metrics: dict
+    checkpoint: Optional[str]
+
+
+def fit(task, config, runtime=None, hooks=()):
+    """Train ``task`` as ``config`` says; resume if ``config.resume`` asks to.
+
+    Parameters
+    ----------
+    task : object
+        Follows the task contract in the `gluondet.engine` docstring.
+    config : TrainConfig
+    runtime : Runtime, optional
+        Devices and rank; default: this process on ``config.gpus``/``config.cpus``.
+    hooks : sequence of HookBase
+        Extra hooks, called after the default ones at every stage.
+
+    Returns
+    -------
+    FitResult
+
+    Raises
+    ------
+    NonFiniteLossError
+        A loss became NaN or infinite (``config.stop_on_nonfinite``).
+    TrainingInterrupted
+        SIGINT or SIGTERM arrived; a checkpoint was written first. It is a
+        ``SystemExit`` with code 128 + signal number (130, 143).
+    """
+    runtime = runtime or local_runtime(config)
+    if config.batch_size % runtime.world_size:
+        raise ValueError('batch_size %d does not split over %d processes'
+                         % (config.batch_size, runtime.world_size))
+    seed_all(config.seed)
+    net = task.build_net(list(runtime.ctx))
+    if config.hybridize:
+        net.hybridize(static_alloc=True, static_shape=True)
+    data = TrainData(task.train_dataset(), task.train_batchify,
+                     config.batch_size // runtime.world_size, config.num_workers, config.seed,
+                     runtime.rank, runtime.world_size)
+    trainer = runtime.make_trainer(net.collect_params(), config)
+    checkpointer = Checkpointer(config.save_prefix, task.meta(), config, runtime.is_main)
+    reporter = Reporter(config.save_prefix, config.logdir, runtime.is_main)
+    schedule = LRSchedule.from_config(config, data.iters_per_epoch)
+    all_hooks = default_hooks(task, config, schedule, checkpointer, reporter) + list(hooks)
+    loop = TrainLoop(net, trainer, task, data, all_hooks, config.epochs, runtime,
+                     TrainState(data.iters_per_epoch, epoch=config.start_epoch,
+                                iteration=config.start_epoch * data.iters_per_epoch))
+    with reporter:
+        checkpointer.resume(loop, config.resume)
+        loop.train()
+    best = next((h.best for h in loop.hooks if isinstance(h, ValidationHook)), None)
+    return FitResult(net, loop.state.epoch, loop.state.iteration, best, loop.state.metrics,
+                     checkpointer.last_path)
