@@ -1,0 +1,439 @@
+"""SSD: Single Shot MultiBox Detector (Liu et al. 2016, arXiv:1512.02325)."""
+import os
+import warnings
+
+import mxnet as mx
+from mxnet import autograd, gluon
+from mxnet.gluon import nn
+
+from ..nn import BoxCenterDecoder, MultiClassNMS, SSDAnchorGenerator
+from . import gluoncv_compat, registry
+from .backbones import get_backbone
+from .registry import COCO_CLASSES, VOC_CLASSES, get_model, register_model
+
+__all__ = ['SSD', 'SSDFeatures', 'ExtraLayer', 'SSD_ARCHS', 'build_ssd']
+
+
+def _xavier_out():
+    return dict(weight_initializer=mx.init.Xavier(rnd_type='gaussian', factor_type='out',
+                                                  magnitude=2),
+                bias_initializer='zeros')
+
+
+def _predictor(channels, in_channels=0, prefix=None):
+    return nn.Conv2D(channels, 3, padding=1, in_channels=in_channels, prefix=prefix,
+                     weight_initializer=mx.init.Xavier(magnitude=2), bias_initializer='zeros')
+
+
+class ExtraLayer(gluon.HybridBlock):
+    """An extra SSD layer: 1x1 reduction then a (strided) convolution, each with ReLU.
+
+    Parameters
+    ----------
+    mid_channels, channels : int
+        Outputs of the 1x1 and of the second convolution.
+    kernel, stride, padding : int
+        Of the second convolution.
+    norm_layer : type or None
+        None: convolutions with bias, no normalization (the VGG SSDs). Else a
+        normalization after each bias-free convolution (GluonCV's extra layers
+        on MobileNet/ResNet: epsilon 1e-3, gamma fixed to 1, unless
+        ``norm_kwargs`` says otherwise).
+    norm_kwargs : dict or None
+        Extra arguments of ``norm_layer``.
+    """
+
+    def __init__(self, mid_channels, channels, kernel=3, stride=2, padding=1, norm_layer=None,
+                 norm_kwargs=None, **kwargs):
+        super().__init__(**kwargs)
+        use_norm = norm_layer is not None
+        norm_kwargs = dict({'epsilon': 1e-3, 'scale': False}, **(norm_kwargs or {}))
+        with self.name_scope():
+            self.conv1 = nn.Conv2D(mid_channels, 1, use_bias=not use_norm, **_xavier_out())
+            self.bn1 = norm_layer(**norm_kwargs) if use_norm else None
+            self.conv2 = nn.Conv2D(channels, kernel, stride, padding, use_bias=not use_norm,
+                                   **_xavier_out())
+            self.bn2 = norm_layer(**norm_kwargs) if use_norm else None
+
+    def hybrid_forward(self, F, x):
+        for conv, norm in ((self.conv1, self.bn1), (self.conv2, self.bn2)):
+            x = conv(x)
+            x = F.Activation(x if norm is None else norm(x), act_type='relu')
+        return x
+
+
+class SSDFeatures(gluon.HybridBlock):
+    """Backbone feature maps, then extra layers each applied to the previous map.
+
+    Parameters
+    ----------
+    backbone : HybridBlock
+        Returns a list of feature maps.
+    extras : list of HybridBlock
+        Appended layers.
+
+    Output: the list of backbone maps followed by one map per extra layer.
+    """
+
+    def __init__(self, backbone, extras, **kwargs):
+        super().__init__(**kwargs)
+        with self.name_scope():
+            self.backbone = backbone
+            self.extras = nn.HybridSequential()
+            for layer in extras:
+                self.extras.add(layer)
+
+    def hybrid_forward(self, F, x):
+        outputs = list(self.backbone(x))
+        for layer in self.extras:
+            outputs.append(layer(outputs[-1]))
+        return outputs
+
+
+class SSD(gluon.HybridBlock):
+    """Single-shot detector over a multi-scale feature extractor.
+
+    Parameters
+    ----------
+    features : HybridBlock
+        Returns the list of feature maps to predict from (:class:`SSDFeatures`).
+    classes : sequence of str
+        Foreground class names.
+    sizes : sequence of float
+        Anchor sizes in pixels, one more than the number of maps: map ``i``
+        uses ``(sizes[i], sizes[i + 1])``.
+    ratios : sequence of sequences of float
+        Aspect ratios per map (first 1), or one sequence for all.
+    steps : sequence of float
+        Anchor stride in pixels per map.
+    base_size : int
+        The input size the anchors were designed for.
+    stds : 4 floats
+        Box-coding divisors.
+    nms_thresh, nms_topk, post_nms : float, int, int
+        See :meth:`set_nms`.
+    anchor_alloc_size : int
+        Anchors are precomputed for maps up to this size (halved per map, at
+        least 16); larger inputs need a larger value.
+
+    Outputs
+    -------
+    Training (``autograd.is_training()``): ``cls_preds`` ``B x A x (C + 1)``
+    logits, ``box_preds`` ``B x A x 4`` encoded offsets, ``anchors``
+    ``1 x A x 4`` (center format, input pixels).
+    Inference: ``ids``, ``scores`` ``B x K x 1`` and ``boxes`` ``B x K x 4``
+    (``xmin, ymin, xmax, ymax`` in input pixels), sorted by score, padded with -1,
+    ``K = post_nms``.
+    """
+
+    def __init__(self, features, classes, sizes, ratios, steps, base_size,
+                 stds=(0.1, 0.1, 0.2, 0.2), nms_thresh=0.45, nms_topk=400, post_nms=100,
+                 anchor_alloc_size=128, **kwargs):
+        super().__init__(**kwargs)
+        num_maps = len(steps)
+        if ratios and not isinstance(ratios[0], (list, tuple)):
+            ratios = [ratios] * num_maps
+        if len(sizes) != num_maps + 1 or len(ratios) != num_maps:
+            raise ValueError('SSD: %d steps need %d sizes and %d ratio lists, got %d and %d'
+                             % (num_maps, num_maps + 1, num_maps, len(sizes), len(ratios)))
+        self.classes = tuple(classes)
+        self.base_size = base_size
+        self._traced_training = None
+        alloc = anchor_alloc_size
+        with self.name_scope():
+            self.features = features
+            self.class_predictors = nn.HybridSequential()
+            self.box_predictors = nn.HybridSequential()
+            self.anchor_generators = nn.HybridSequential()
+            for i in range(num_maps):
+                generator = SSDAnchorGenerator((sizes[i], sizes[i + 1]), ratios[i], steps[i],
+                                               (alloc, alloc))
+                alloc = max(alloc // 2, 16)
+                self.anchor_generators.add(generator)
+                self.class_predictors.add(_predictor(generator.num_anchors * (self.num_classes + 1)))
+                self.box_predictors.add(_predictor(generator.num_anchors * 4))
+            self.box_decoder = BoxCenterDecoder(stds)
+            self.postprocess = MultiClassNMS(0.01, nms_thresh, nms_topk, post_nms)
+
+    @property
+    def num_classes(self):
+        """Number of foreground classes."""
+        return len(self.classes)
+
+    @property
+    def nms_thresh(self):
+        return self.postprocess.nms_thresh
+
+    @property
+    def nms_topk(self):
+        return self.postprocess.nms_topk
+
+    @property
+    def post_nms(self):
+        return self.postprocess.post_nms
+
+    def set_nms(self, nms_thresh=0.45, nms_topk=400, post_nms=100):
+        """Set the non-maximum suppression of inference.
+
+        Parameters
+        ----------
+        nms_thresh : float
+            IoU threshold; outside (0, 1) disables NMS (all candidates returned).
+        nms_topk : int
+            Best candidates entering NMS, -1 for all.
+        post_nms : int
+            Detections returned, -1 for all.
+        """
+        self._clear_cached_op()
+        self.postprocess.nms_thresh = nms_thresh
+        self.postprocess.nms_topk = nms_topk
+        self.postprocess.post_nms = post_nms
+
+    def forward(self, x, *args):
+        # The hybridized graph differs between training and inference: retrace on a switch.
+        training = autograd.is_training()
+        if training != self._traced_training:
+            self._clear_cached_op()
+            self._traced_training = training
+        return super().forward(x, *args)
+
+    def hybrid_forward(self, F, x):
+        maps = self.features(x)
+        cls_preds = F.concat(*[F.flatten(F.transpose(predict(m), (0, 2, 3, 1)))
+                               for m, predict in zip(maps, self.class_predictors)], dim=1)
+        box_preds = F.concat(*[F.flatten(F.transpose(predict(m), (0, 2, 3, 1)))
+                               for m, predict in zip(maps, self.box_predictors)], dim=1)
+        anchors = F.concat(*[generate(m) for m, generate in zip(maps, self.anchor_generators)],
+                           dim=1)
+        cls_preds = cls_preds.reshape((0, -1, self.num_classes + 1))
+        box_preds = box_preds.reshape((0, -1, 4))
+        if autograd.is_training():
+            return cls_preds, box_preds, anchors
+        boxes = self.box_decoder(box_preds, anchors)
+        return self.postprocess(F.softmax(cls_preds, axis=-1), boxes)
+
+    def load_parameters(self, filename, ctx=None, allow_missing=False, ignore_extra=False,
+                        cast_dtype=False, dtype_source='current'):
+        """Load a gluondet or GluonCV ``.params`` file of this network.
+
+        GluonCV files (their names differ) are recognized and renamed with the
+        tables of :mod:`gluondet.model_zoo.gluoncv_compat`; every parameter
+        must match. Arguments as ``Block.load_parameters``.
+        """
+        arrays = gluoncv_compat.read_params(filename)
+        if gluoncv_compat.is_gluoncv_ssd(arrays):
+            arrays = gluoncv_compat.convert_ssd(arrays, self, filename)
+        gluoncv_compat.load_arrays(self, arrays, filename, ctx, allow_missing, ignore_extra,
+                                   cast_dtype, dtype_source)
+
+    def reset_class(self, classes, reuse_weights=None):
+        """Replace the classes and the class predictors.
+
+        Parameters
+        ----------
+        classes : sequence of str
+            The new foreground classes.
+        reuse_weights : dict or list or None
+            Which new classes start from the weights of an old one:
+            ``{new: old}`` with class names or indices (``{'person': 14}``),
+            or a list of names kept by both. The background weights are then
+            reused too. Other new classes start from a fresh initialization.
+        """
+        old_classes = self.classes
+        self.classes = tuple(classes)
+        mapping = _reuse_mapping(reuse_weights, old_classes, self.classes)
+        self._clear_cached_op()
+        predictors = nn.HybridSequential(prefix=self.class_predictors.prefix)
+        for old, generator in zip(self.class_predictors, self.anchor_generators):
+            new = _predictor(generator.num_anchors * (self.num_classes + 1),
+                             in_channels=old.weight.shape[1], prefix=old.prefix)
+            ctx = _initialized_ctx(old)
+            if mapping and (ctx is None or 0 in old.weight.shape):
+                raise ValueError('reset_class: reuse_weights needs the old class predictors '
+                                 'to hold weights (load or run the network first)')
+            if ctx is not None:
+                new.initialize(ctx=ctx)
+            if mapping:
+                _copy_class_rows(old, new, mapping, len(old_classes), self.num_classes)
+            predictors.add(new)
+        self.class_predictors = predictors
+
+
+def _reuse_mapping(reuse_weights, old_classes, new_classes):
+    """``{new index: old index}`` from GluonCV's ``reuse_weights`` forms."""
+    if reuse_weights is None:
+        return {}
+    if isinstance(reuse_weights, (list, tuple)):
+        mapping = {}
+        for name in reuse_weights:
+            if name in old_classes and name in new_classes:
+                mapping[new_classes.index(name)] = old_classes.index(name)
+            else:
+                warnings.warn('reset_class: %r is not in both the old classes %s and the new %s'
+                              % (name, old_classes, new_classes))
+        return mapping
+    if not isinstance(reuse_weights, dict):
+        raise TypeError('reset_class: reuse_weights must be a dict, a list or None, not %s'
+                        % type(reuse_weights).__name__)
+    return {_class_index(k, new_classes, 'new'): _class_index(v, old_classes, 'old')
+            for k, v in reuse_weights.items()}
+
+
+def _class_index(key, classes, which):
+    if isinstance(key, str):
+        if key not in classes:
+            raise ValueError('reset_class: %r is not among the %s classes %s' % (key, which, classes))
+        return classes.index(key)
+    if not 0 <= key < len(classes):
+        raise ValueError('reset_class: index %r is out of range for the %d %s classes'
+                         % (key, len(classes), which))
+    return int(key)
+
+
+def _initialized_ctx(conv):
+    try:
+        return conv.weight.list_ctx()
+    except RuntimeError:
+        return None
+
+
+def _copy_class_rows(old, new, mapping, old_num, new_num):
+    """Copy background rows and mapped class rows of every anchor, weight and bias."""
+    for old_param, new_param in ((old.weight, new.weight), (old.bias, new.bias)):
+        src = old_param.data().asnumpy()
+        dst = new_param.data().asnumpy()
+        pairs = [(0, 0)] + [(n + 1, o + 1) for n, o in mapping.items()]
+        for anchor in range(dst.shape[0] // (new_num + 1)):
+            for n, o in pairs:
+                dst[anchor * (new_num + 1) + n] = src[anchor * (old_num + 1) + o]
+        new_param.set_data(mx.nd.array(dst, dtype=dst.dtype))
+
+
+_RATIOS_6 = [[1, 2, 0.5]] + [[1, 2, 0.5, 3, 1.0 / 3]] * 3 + [[1, 2, 0.5]] * 2
+_RATIOS_7 = [[1, 2, 0.5]] + [[1, 2, 0.5, 3, 1.0 / 3]] * 4 + [[1, 2, 0.5]] * 2
+_SIZES_300 = [21, 45, 99, 153, 207, 261, 315]
+_SIZES_512_A = [51.2, 102.4, 189.4, 276.4, 363.52, 450.6, 492]
+
+# GluonCV's SSD presets: anchor sizes per dataset ('custom' uses the COCO ones),
+# extra layers as (mid_channels, channels, kernel, stride, padding).
+SSD_ARCHS = {
+    'ssd_300_vgg16_atrous': dict(
+        backbone='vgg16_atrous', base_size=300, batch_norm=False,
+        extras=[(256, 512, 3, 2, 1), (128, 256, 3, 2, 1), (128, 256, 3, 1, 0),
+                (128, 256, 3, 1, 0)],
+        sizes={'voc': [30, 60, 111, 162, 213, 264, 315], 'coco': _SIZES_300},
+        ratios=_RATIOS_6, steps=[8, 16, 32, 64, 100, 300]),
+    'ssd_512_vgg16_atrous': dict(
+        backbone='vgg16_atrous', base_size=512, batch_norm=False,
+        extras=[(256, 512, 3, 2, 1), (128, 256, 3, 2, 1), (128, 256, 3, 2, 1),
+                (128, 256, 3, 2, 1), (128, 256, 4, 1, 1)],
+        sizes={'voc': [51.2, 76.8, 153.6, 230.4, 307.2, 384.0, 460.8, 537.6],
+               'coco': [51.2, 76.8, 153.6, 230.4, 307.2, 384.0, 460.8, 537.6]},
+        ratios=_RATIOS_7, steps=[8, 16, 32, 64, 128, 256, 512]),
+    'ssd_512_resnet50_v1': dict(
+        backbone='resnet50_v1', base_size=512, batch_norm=True,
+        extras=[(f, f, 3, 2, 1) for f in (512, 512, 256, 256)],
+        sizes={'voc': _SIZES_512_A,
+               'coco': [51.2, 133.12, 215.04, 296.96, 378.88, 460.8, 542.72]},
+        ratios=_RATIOS_6, steps=[16, 32, 64, 128, 256, 512]),
+    'ssd_512_mobilenet1.0': dict(
+        backbone='mobilenet1.0', base_size=512, batch_norm=True,
+        extras=[(f, f, 3, 2, 1) for f in (512, 512, 256, 256)],
+        sizes={'voc': _SIZES_512_A, 'coco': _SIZES_512_A},
+        ratios=_RATIOS_6, steps=[16, 32, 64, 128, 256, 512]),
+    'ssd_300_mobilenet0.25': dict(
+        backbone='mobilenet0.25', base_size=300, batch_norm=True,
+        extras=[(f, f, 3, 2, 1) for f in (256, 256, 128, 128)],
+        sizes={'voc': _SIZES_300, 'coco': _SIZES_300},
+        ratios=_RATIOS_6, steps=[8, 16, 32, 64, 100, 300]),
+}
+
+
+def build_ssd(arch, classes, dataset='custom', pretrained_base=True, ctx=mx.cpu(),
+              root=os.path.join('~', '.mxnet', 'models'), norm_layer=nn.BatchNorm,
+              norm_kwargs=None, **kwargs):
+    """Build the SSD ``arch`` (a key of ``SSD_ARCHS``) for ``classes``.
+
+    Parameters
+    ----------
+    arch : str
+        For example ``ssd_512_mobilenet1.0``.
+    classes : sequence of str
+        Foreground classes.
+    dataset : str
+        Whose anchor sizes to use: 'voc', 'coco' or 'custom' (= 'coco').
+    pretrained_base : bool
+        Load the backbone's GluonCV ImageNet weights from ``root``.
+    ctx, root
+        Where loaded weights go; folder of weight files.
+    norm_layer, norm_kwargs
+        Normalization of the backbone and extra layers (ignored by VGG, which has none).
+    **kwargs
+        Passed to :class:`SSD`.
+    """
+    spec = SSD_ARCHS[arch]
+    norm = dict(norm_layer=norm_layer, norm_kwargs=norm_kwargs) if spec['batch_norm'] else {}
+    backbone = get_backbone(spec['backbone'], **norm)
+    extras = [ExtraLayer(*config, **norm) for config in spec['extras']]
+    features = SSDFeatures(backbone, extras)
+    if pretrained_base:
+        gluoncv_compat.load_gluoncv_backbone(features, registry.weights_file(spec['backbone'], root), ctx)
+    sizes = spec['sizes']['voc' if dataset == 'voc' else 'coco']
+    return SSD(features, classes, sizes, spec['ratios'], spec['steps'], spec['base_size'],
+               **kwargs)
+
+
+def _dataset_builder(arch, dataset, classes):
+    name = '%s_%s' % (arch, dataset)
+
+    def builder(pretrained=False, pretrained_base=True, ctx=mx.cpu(),
+                root=os.path.join('~', '.mxnet', 'models'), **kwargs):
+        if 'classes' in kwargs:
+            raise TypeError('%s has fixed classes; use %s_custom(classes=...) or net.reset_class()'
+                            % (name, arch))
+        net = build_ssd(arch, classes, dataset, pretrained_base and not pretrained, ctx, root,
+                        **kwargs)
+        if pretrained:
+            net.load_parameters(registry.weights_file(name, root), ctx=ctx)
+        return net
+
+    builder.__name__ = builder.__qualname__ = name.replace('.', '_')
+    builder.__doc__ = 'SSD %s for %s (%d classes); see ``get_model``.' % (
+        arch, dataset.upper(), len(classes))
+    return builder
+
+
+def _custom_builder(arch):
+    name = arch + '_custom'
+
+    def builder(classes=None, pretrained=False, pretrained_base=True, ctx=mx.cpu(),
+                root=os.path.join('~', '.mxnet', 'models'), transfer=None, **kwargs):
+        if not classes:
+            raise ValueError('%s needs classes=[...], the foreground class names' % name)
+        if pretrained:
+            warnings.warn('%s: custom models have no pretrained weights; pretrained ignored'
+                          % name)
+        if transfer is None:
+            return build_ssd(arch, classes, 'custom', pretrained_base, ctx, root, **kwargs)
+        net = get_model('%s_%s' % (arch, transfer), pretrained=True, ctx=ctx, root=root,
+                        **kwargs)
+        net.reset_class(classes, reuse_weights=[c for c in classes if c in net.classes])
+        return net
+
+    builder.__name__ = builder.__qualname__ = name.replace('.', '_')
+    builder.__doc__ = ('SSD %s for your classes (``classes=``); ``transfer="voc"|"coco"`` '
+                       'starts from those weights, keeping the classes they share.' % arch)
+    return builder
+
+
+def _register_all():
+    for arch, spec in SSD_ARCHS.items():
+        shape = (spec['base_size'], spec['base_size'])
+        for dataset, classes in (('voc', VOC_CLASSES), ('coco', COCO_CLASSES)):
+            register_model('%s_%s' % (arch, dataset), classes, shape, spec['backbone'],
+                           dataset)(_dataset_builder(arch, dataset, classes))
+        register_model(arch + '_custom', None, shape, spec['backbone'], 'custom',
+                       has_weights=False)(_custom_builder(arch))
+
+
+_register_all()
