@@ -247,13 +247,16 @@ class COCODetection(DetectionDataset):
             except DatasetError as error:
                 self._fail(error)
                 return None
-            if self._left_out(field, ann, bbox):
+            if self._left_out(field, ann):
                 continue
-            class_id = self.json_id_to_contiguous[ann['category_id']]
             box = self._clean_box(coco_to_xyxy(bbox), size[0], size[1], self.annotation_file,
                                   field + '/bbox', written=bbox)
-            if box is not None:
-                rows.append(box + (class_id, 0))
+            if box is None:
+                continue
+            if ann.get('area', bbox[2] * bbox[3]) < self._min_object_area:
+                self.report.drop_box('small', '%s: %s' % (self.annotation_file, field))
+                continue
+            rows.append(box + (self.json_id_to_contiguous[ann['category_id']], 0))
         return np.array(rows, dtype=np.float32).reshape(-1, 6) if rows else empty_label()
 
     def _bbox(self, field, ann):
@@ -264,20 +267,19 @@ class COCODetection(DetectionDataset):
         if ann.get('category_id') not in self._category_names:
             raise DatasetError(self.annotation_file, field + '/category_id', 'no category with id '
                                '%r' % (ann.get('category_id'),), 'bad_annotation')
+        if not _is_number(ann.get('area', 0)):
+            raise DatasetError(self.annotation_file, field + '/area', 'expected a finite number, '
+                               'got %r' % (ann['area'],), 'bad_annotation')
         return bbox
 
-    def _left_out(self, field, ann, bbox):
-        """True (after counting it) if a well-formed annotation is not a training box."""
+    def _left_out(self, field, ann):
+        """True (after counting it) for crowd, ignored and other-class annotations."""
         where = '%s: %s' % (self.annotation_file, field)
         if ann.get('iscrowd', 0) and not self._use_crowd:
             self.report.drop_box('crowd', where)
             return True
         if ann.get('ignore', 0) == 1:
             self.report.drop_box('ignored', where)
-            return True
-        area = ann.get('area', bbox[2] * bbox[3])
-        if _is_number(area) and area < self._min_object_area:
-            self.report.drop_box('small', where)
             return True
         if ann['category_id'] not in self.json_id_to_contiguous:
             self._fail(DatasetError(self.annotation_file, field + '/category_id', 'category %r is '
