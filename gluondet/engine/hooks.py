@@ -185,12 +185,13 @@ class LoggingHook(HookBase):
 
     def state_dict(self):
         return {'jsonl_offset': self.reporter.jsonl_offset(),
+                'sums': self._sums, 'steps': self._steps,
                 'epoch_sums': self._epoch_sums, 'epoch_steps': self._epoch_steps}
 
     def load_state_dict(self, state):
         self._jsonl_offset = state['jsonl_offset']
-        self._epoch_sums = dict(state['epoch_sums'])
-        self._epoch_steps = state['epoch_steps']
+        self._sums, self._steps = dict(state['sums']), state['steps']
+        self._epoch_sums, self._epoch_steps = dict(state['epoch_sums']), state['epoch_steps']
 
 
 class CheckpointHook(HookBase):

@@ -1,0 +1,216 @@
+"""fit() on the toy task, in this process: learning, log files, params files, checkpoints."""
+import hashlib
+import json
+import os
+import re
+import struct
+
+import mxnet as mx
+import numpy as np
+import pytest
+
+from gluondet.engine import (CheckpointError, HookBase, NonFiniteLossError, TrainConfig, fit,
+                             read_manifest)
+from test_engine_toy import ToyNet, ToyTask
+
+
+def _config(tmp_path, **kwargs):
+    values = dict(batch_size=8, num_workers=0, epochs=2, lr=0.005, lr_decay_epoch=(6,),
+                  log_interval=4, save_interval=0, save_prefix=str(tmp_path / 'run' / 'toy'))
+    values.update(kwargs)
+    return TrainConfig(**values)
+
+
+def _jsonl(prefix):
+    with open(prefix + '_metrics.jsonl') as f:
+        return [json.loads(line) for line in f]
+
+
+def _event_tags(logdir):
+    """Scalar tags in the TensorBoard event files of ``logdir`` (TFRecord framing)."""
+    from tensorboardX.proto import event_pb2
+    tags = set()
+    for name in os.listdir(logdir):
+        with open(os.path.join(logdir, name), 'rb') as f:
+            data = f.read()
+        pos = 0
+        while pos < len(data):
+            (size,) = struct.unpack('<Q', data[pos:pos + 8])
+            event = event_pb2.Event()
+            event.ParseFromString(data[pos + 12:pos + 12 + size])
+            tags.update(value.tag for value in event.summary.value)
+            pos += 12 + size + 4
+    return tags
+
+
+def test_fit_learns_and_writes_every_log(tmp_path):
+    logdir = str(tmp_path / 'tb')
+    cfg = _config(tmp_path, epochs=8, save_interval=4, logdir=logdir, warmup_epochs=1)
+    result = fit(ToyTask(), cfg)
+    prefix = cfg.save_prefix
+
+    records = _jsonl(prefix)
+    train = [r for r in records if r['type'] == 'train']
+    val = [r for r in records if r['type'] == 'val']
+    assert len(train) == 16 and len(val) == 8      # 8 steps/epoch, log every 4, validate each
+    assert set(train[0]) == {'type', 'epoch', 'batch', 'iteration', 'lr', 'samples_per_sec',
+                             'losses', 'time'}
+    assert (train[0]['epoch'], train[0]['batch'], train[0]['iteration']) == (0, 3, 4)
+    assert train[0]['lr'] == pytest.approx(0.005 * (1 / 3 + 2 / 3 * 3 / 8))   # warmup
+    assert set(val[0]) == {'type', 'epoch', 'iteration', 'metrics', 'time'}
+    assert set(val[0]['metrics']) == {'mAP', 'mse'}
+
+    # The loss goes down: the last epoch's mean L2 loss is under a quarter of the first's.
+    def epoch_loss(epoch):
+        return np.mean([r['losses']['loss_l2'] for r in train if r['epoch'] == epoch])
+    assert epoch_loss(7) < 0.25 * epoch_loss(0)
+    assert result.metrics['mse'] < 0.2
+    assert result.best == max(r['metrics']['mAP'] for r in val)
+    assert (result.epoch, result.iteration) == (8, 64)
+
+    with open(prefix + '_train.log') as f:
+        log = f.read()
+    assert re.search(r'^\[Epoch 0\]\[Batch 3\], Speed: [\d.]+ samples/sec, loss_l2=[\d.]+, '
+                     r'loss_l1=[\d.]+, lr=0\.00\d+$', log, re.M)
+    assert re.search(r'^\[Epoch 7\] Training cost: [\d.]+, loss_l2=[\d.]+, loss_l1=[\d.]+$',
+                     log, re.M)
+    assert re.search(r'^\[Epoch 7\] Validation: \nmAP=[\d.]+\nmse=[\d.]+$', log, re.M)
+
+    assert {'train/loss_l2', 'train/loss_l1', 'train/lr', 'train/samples_per_sec',
+            'val/mAP', 'val/mse'} <= _event_tags(logdir)
+
+    best_epoch = max(val, key=lambda r: r['metrics']['mAP'])['epoch']
+    with open(prefix + '_best_map.log') as f:
+        assert f.read().splitlines()[-1] == '%04d:\t%.4f' % (best_epoch, result.best)
+    for epoch in (3, 7):
+        value = [r for r in val if r['epoch'] == epoch][0]['metrics']['mAP']
+        path = '%s_%04d_%.4f.params' % (prefix, epoch, value)
+        net = ToyNet()
+        net.load_parameters(path)
+        with open(path[:-len('.params')] + '.json') as f:
+            info = json.load(f)
+        assert info['meta'] == {'network': 'toy_mlp', 'dim': 8} and info['epoch'] == epoch
+    ToyNet().load_parameters(prefix + '_best.params')
+
+    manifest = read_manifest(prefix + '_last.json')
+    assert (manifest['epoch'], manifest['batch'], manifest['iteration']) == (8, 0, 64)
+    assert manifest['hooks']['ValidationHook']['best'] == result.best
+    assert manifest['config'] == cfg.to_dict()
+
+
+def test_fit_splits_batches_over_two_cpu_contexts(tmp_path):
+    hook = HookBase()
+    result = fit(ToyTask(), _config(tmp_path, cpus=2, epochs=2), hooks=[hook])
+    assert hook.loop.runtime.ctx == (mx.cpu(0), mx.cpu(1))
+    assert all(len(terms) == 2 for terms in hook.loop.state.losses.values())
+    assert np.isfinite(result.metrics['mse'])
+
+
+def _digests(prefix):
+    folder = os.path.dirname(prefix)
+    out = {}
+    for name in sorted(os.listdir(folder)):
+        if '_last' in name:
+            with open(os.path.join(folder, name), 'rb') as f:
+                out[name] = hashlib.sha1(f.read()).hexdigest()
+    return out
+
+
+def test_nonfinite_loss_stops_and_keeps_the_last_checkpoint(tmp_path):
+    # 8 steps per epoch, a checkpoint every 5 steps: the last good one is at step 10.
+    cfg = _config(tmp_path, epochs=3, checkpoint_interval=5)
+    hook = HookBase()
+
+    class Snapshot(HookBase):
+        def after_step(self):
+            if self.loop.state.iteration == 11:
+                self.files = _digests(cfg.save_prefix)
+    snapshot = Snapshot()
+    with pytest.raises(NonFiniteLossError, match=r'epoch 1, iteration 12 \(batch 3 of the epoch'
+                                                 r'.*loss_l2=nan.*toy_last\.json.*untouched'):
+        fit(ToyTask(nan_at_call=12), cfg, hooks=[snapshot, hook])
+    assert _digests(cfg.save_prefix) == snapshot.files
+    assert read_manifest(cfg.save_prefix + '_last.json')['iteration'] == 10
+    with open(cfg.save_prefix + '_train.log') as f:
+        assert 'non-finite loss at epoch 1, iteration 12' in f.read()
+
+
+def _updater_states(trainer):
+    """Every updater's states as numpy, by parameter index and slot."""
+    out = []
+    for updater in trainer._updaters:
+        states = {}
+        for index, state in updater.states.items():
+            parts = state if isinstance(state, (tuple, list)) else (state,)
+            states[index] = [p.asnumpy() for p in parts]
+        out.append(states)
+    return out
+
+
+def _mean_data(param):
+    return np.mean([d.asnumpy() for d in param.list_data()], axis=0)
+
+
+@pytest.mark.parametrize('optimizer, cpus', [('sgd', 1), ('sgd', 2), ('adam', 1)])
+def test_checkpoint_round_trip_restores_the_optimizer_exactly(tmp_path, optimizer, cpus):
+    cfg = _config(tmp_path, epochs=1, optimizer=optimizer, cpus=cpus)
+    first, second = HookBase(), HookBase()
+    fit(ToyTask(), cfg, hooks=[first])
+    # Resuming a finished run restores everything and trains no further step.
+    fit(ToyTask(), TrainConfig.from_dict(dict(cfg.to_dict(), resume='auto')), hooks=[second])
+    saved, restored = _updater_states(first.loop.trainer), _updater_states(second.loop.trainer)
+    assert len(restored) == cpus and saved[0].keys() == restored[0].keys()
+    assert len(saved[0]) == 6      # BatchNorm gamma, beta and the two Dense weights, biases
+    for states in restored:
+        for index, parts in saved[0].items():
+            for a, b in zip(parts, states[index]):
+                np.testing.assert_array_equal(a, b)
+    opt_a, opt_b = first.loop.trainer._optimizer, second.loop.trainer._optimizer
+    assert opt_b.num_update == opt_a.num_update == 8
+    assert opt_b._all_index_update_counts == opt_a._all_index_update_counts
+    # Params files hold the mean over contexts (BatchNorm running statistics differ per context).
+    for a, b in zip(first.loop.net.collect_params().values(),
+                    second.loop.net.collect_params().values()):
+        np.testing.assert_allclose(_mean_data(a), _mean_data(b), rtol=0, atol=1e-7)
+    assert second.loop.state.position() == (1, 0, 8)
+
+
+def test_optimizer_states_are_stored_without_pickle(tmp_path):
+    cfg = _config(tmp_path, epochs=1)
+    fit(ToyTask(), cfg)
+    manifest = read_manifest(cfg.save_prefix + '_last.json')
+    path = os.path.join(os.path.dirname(cfg.save_prefix), manifest['states'])
+    with open(path, 'rb') as f:
+        assert f.read(2) != b'\x80\x04'        # not a pickle stream
+    arrays = mx.nd.load(path)
+    assert sorted(arrays) == sorted(manifest['optimizer']['layout'].values())
+    assert 'body.1.weight' in arrays
+
+
+def test_resume_from_params_is_weights_only(tmp_path):
+    cfg = _config(tmp_path, epochs=1)
+    fit(ToyTask(), cfg)
+    hook = HookBase()
+    result = fit(ToyTask(), _config(tmp_path, epochs=2, start_epoch=1, save_prefix=str(
+        tmp_path / 'second' / 'toy'), resume=cfg.save_prefix + '_best.params'), hooks=[hook])
+    assert (result.epoch, result.iteration) == (2, 16)
+    records = _jsonl(str(tmp_path / 'second' / 'toy'))
+    assert [r['iteration'] for r in records if r['type'] == 'train'] == [12, 16]
+
+
+def test_resume_rejects_a_corrupt_checkpoint(tmp_path):
+    cfg = _config(tmp_path, epochs=1)
+    fit(ToyTask(), cfg)
+    manifest = read_manifest(cfg.save_prefix + '_last.json')
+    path = os.path.join(os.path.dirname(cfg.save_prefix), manifest['params'])
+    with open(path, 'ab') as f:
+        f.write(b'x')
+    with pytest.raises(CheckpointError, match=re.escape(path) + ' does not match the sha1'):
+        fit(ToyTask(), _config(tmp_path, epochs=2, resume='auto'))
+
+
+def test_a_failing_validation_leaves_the_epoch_checkpoint(tmp_path):
+    cfg = _config(tmp_path, epochs=2, val_metric='AP')
+    with pytest.raises(KeyError, match=r"\['mAP', 'mse'\] but not val_metric 'AP'"):
+        fit(ToyTask(), cfg)
+    assert read_manifest(cfg.save_prefix + '_last.json')['iteration'] == 8
