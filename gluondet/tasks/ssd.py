@@ -1,0 +1,167 @@
+"""SSD bound to the training engine (see the task contract in `gluondet.engine`)."""
+import warnings
+
+import mxnet as mx
+import numpy as np
+from mxnet import autograd
+from mxnet.gluon.data import DataLoader
+
+from ..data import transforms as T
+from ..data.batchify import Pad, Stack, Tuple
+from ..engine import split_batch
+from ..losses import SSDMultiBoxLoss
+from ..metrics import VOC07MApMetric
+from ..model_zoo import get_model
+from ..nn import SSDTargetGenerator
+
+
+class SSDTrainTransform:
+    """SSD's training augmentation (as GluonCV's ``SSDDefaultTrainTransform``).
+
+    Colour jitter, zoom-out with probability 0.5, constrained random crop,
+    resize to ``width x height`` with a random interpolation, horizontal flip,
+    normalization. Random draws come from numpy's global RNG, which the engine
+    seeds per sample. Targets are made later, batched, by the task.
+
+    Returns
+    -------
+    image : float32 ``3 x height x width``
+    label : float32 ``N x 6`` in the resized image's pixels
+    """
+
+    def __init__(self, width, height, mean=T.IMAGENET_MEAN, std=T.IMAGENET_STD):
+        self.size = (width, height)
+        self.mean, self.std = mean, std
+
+    def __call__(self, image, label):
+        img = T.random_color_distort(image)
+        if np.random.uniform() > 0.5:
+            img, label, _ = T.random_expand(img, label, fill=[255 * m for m in self.mean])
+        img, label, _ = T.random_crop_with_constraints(img, label)
+        img, label = T.resize(img, label, self.size, interp=T.INTERP_RANDOM)
+        img, label, _ = T.random_flip(img, label)
+        return T.normalize(img, self.mean, self.std), label
+
+
+class SSDValTransform:
+    """Resize to ``width x height`` and normalize; the label stays in original pixels.
+
+    Returns
+    -------
+    image : float32 ``3 x height x width``
+    label : float32 ``N x 6`` in the original image's pixels
+    size : float32 ``[original_height, original_width]``
+    """
+
+    def __init__(self, width, height, mean=T.IMAGENET_MEAN, std=T.IMAGENET_STD):
+        self.size = (width, height)
+        self.mean, self.std = mean, std
+
+    def __call__(self, image, label):
+        h, w = image.shape[:2]
+        img, _ = T.resize(image, None, self.size, interp=T.INTERP_AUTO)
+        return (T.normalize(img, self.mean, self.std), np.asarray(label, np.float32),
+                np.array([h, w], np.float32))
+
+
+def detect_batches(net, loader, ctx_list, input_size):
+    """Yield ``(ids, scores, boxes, labels)`` per context part, boxes in original pixels.
+
+    ``loader`` yields ``(images, labels, sizes)`` as `SSDValTransform` makes them;
+    ``input_size`` is the network input ``(width, height)``.
+    """
+    width, height = input_size
+    for batch in loader:
+        for images, labels, sizes in split_batch(batch, ctx_list):
+            ids, scores, boxes = net(images)
+            scale = mx.nd.stack(sizes[:, 1] / width, sizes[:, 0] / height,
+                                sizes[:, 1] / width, sizes[:, 0] / height, axis=1)
+            boxes = mx.nd.where(boxes < 0, boxes, mx.nd.broadcast_mul(boxes, scale.expand_dims(1)))
+            yield ids, scores, boxes, labels
+
+
+class SSDTask:
+    """SSD: one network name, a train and a val dataset.
+
+    Parameters
+    ----------
+    network : str
+        A model zoo name, e.g. ``ssd_300_mobilenet0.25_custom``.
+    train_dataset, val_dataset : DetectionDataset
+    data_shape : int or (width, height)
+    classes : sequence of str, optional
+        Foreground classes for ``*_custom`` names (default: the train dataset's).
+    pretrained_base : bool
+        Start the backbone from its ImageNet weights (from the weight store).
+    model_kwargs : dict
+        More arguments for ``get_model`` (``norm_layer``, ``root``, ...).
+    val_batch_size, num_workers : int
+        For the validation loader.
+    """
+
+    def __init__(self, network, train_dataset, val_dataset, data_shape, classes=None,
+                 pretrained_base=True, model_kwargs=None, val_batch_size=16, num_workers=0):
+        self.network = network
+        self.width, self.height = ((data_shape, data_shape) if np.isscalar(data_shape)
+                                   else tuple(data_shape))
+        self.classes = tuple(classes or train_dataset.classes)
+        self._train, self._val = train_dataset, val_dataset
+        self.pretrained_base = pretrained_base
+        self.model_kwargs = dict(model_kwargs or {})
+        self.val_batch_size, self.num_workers = val_batch_size, num_workers
+        self.targets = SSDTargetGenerator(iou_thresh=0.5, stds=(0.1, 0.1, 0.2, 0.2))
+        self.loss = SSDMultiBoxLoss()
+        self.train_batchify = Tuple(Stack(), Pad(pad_val=-1))
+
+    def meta(self):
+        return {'task': 'ssd', 'network': self.network, 'classes': list(self.classes),
+                'data_shape': [self.height, self.width]}
+
+    def build_net(self, ctx_list):
+        kwargs = dict(self.model_kwargs)
+        if self.network.endswith('_custom'):
+            kwargs['classes'] = self.classes
+        net = get_model(self.network, pretrained_base=self.pretrained_base, **kwargs)
+        if tuple(net.classes) != self.classes:
+            raise ValueError('%s predicts %d classes %s but the data has %s; use the *_custom '
+                             'network' % (self.network, len(net.classes), net.classes[:3],
+                                          self.classes[:3]))
+        with warnings.catch_warnings():  # parameters loaded from the store stay as they are
+            warnings.simplefilter('ignore')
+            net.initialize(mx.init.Xavier(rnd_type='gaussian', factor_type='out', magnitude=2))
+        net.collect_params().reset_ctx(ctx_list)
+        return net
+
+    def train_dataset(self):
+        return self._train.transform(SSDTrainTransform(self.width, self.height))
+
+    def losses(self, net, parts):
+        cls_preds, box_preds, cls_targets, box_targets = [], [], [], []
+        for images, labels in parts:
+            cls_pred, box_pred, anchors = net(images)
+            with autograd.pause():
+                cls_target, box_target = self.targets(anchors, labels[:, :, :4],
+                                                      labels[:, :, 4:5])
+            cls_preds.append(cls_pred)
+            box_preds.append(box_pred)
+            cls_targets.append(cls_target)
+            box_targets.append(box_target)
+        _, cls_losses, box_losses = self.loss(cls_preds, box_preds, cls_targets, box_targets)
+        return {'loss_cls': cls_losses, 'loss_box': box_losses}
+
+    def val_loader(self):
+        dataset = self._val.transform(SSDValTransform(self.width, self.height))
+        return DataLoader(dataset, self.val_batch_size, shuffle=False, last_batch='keep',
+                          batchify_fn=Tuple(Stack(), Pad(pad_val=-1), Stack()),
+                          num_workers=self.num_workers)
+
+    def validate(self, net, ctx_list):
+        metric = VOC07MApMetric(iou_thresh=0.5, class_names=self.classes)
+        for ids, scores, boxes, labels in detect_batches(net, self.val_loader(), ctx_list,
+                                                         (self.width, self.height)):
+            metric.update(boxes, ids, scores, labels[:, :, :4], labels[:, :, 4:5],
+                          labels[:, :, 5:6])
+        names, values = metric.get()
+        result = {'AP/' + name: float(value) for name, value in zip(names[:-1], values[:-1])}
+        result['mAP'] = float(values[-1])
+        return result

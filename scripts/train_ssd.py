@@ -1,0 +1,73 @@
+#!/usr/bin/env python
+"""Train SSD (flags as GluonCV's scripts/detection/ssd/train_ssd.py, plus gluondet's).
+
+Examples
+--------
+Demo data on the CPU::
+
+    python scripts/train_ssd.py --network mobilenet0.25 --data-shape 256 --dataset demo \
+        --gpus '' --epochs 30 --lr 0.02 --lr-decay-epoch 20,26 --no-pretrained-base
+
+A VOC-style folder of your own::
+
+    python scripts/train_ssd.py --network mobilenet1.0 --data-shape 512 --dataset voc \
+        --dataset-root ~/data/mine --classes cat,dog
+"""
+import logging
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..'))
+
+from gluondet.engine import fit  # noqa: E402
+from gluondet.model_zoo.ssd import SSD_ARCHS  # noqa: E402
+from gluondet.tasks import SSDTask  # noqa: E402
+from gluondet.tasks import cli  # noqa: E402
+
+
+def parse_args(argv=None):
+    parser = cli.parser('Train SSD networks.')
+    parser.add_argument('--network', default='vgg16_atrous',
+                        help='base network: vgg16_atrous, resnet50_v1, mobilenet1.0, '
+                             'mobilenet0.25')
+    parser.add_argument('--data-shape', type=int, default=300, help='input size: 300 or 512')
+    cli.add_training_args(parser, epochs=240, lr=0.001, lr_decay_epoch='160,200',
+                          batch_size=32)
+    return parser.parse_args(argv)
+
+
+def network_name(args):
+    """GluonCV's naming, ``ssd_{size}_{network}_{voc|coco|custom}``.
+
+    ``size`` is that of the zoo architecture nearest to ``--data-shape`` (the
+    network may run at another input size); data with classes of its own
+    (``--classes``, ``--train-json``, demo, kitti) takes the ``custom`` variant.
+    """
+    archs = [a for a in SSD_ARCHS if a.split('_', 2)[2] == args.network]
+    if not archs:
+        raise SystemExit('unknown --network %r; SSD has %s' % (
+            args.network, ', '.join(sorted({a.split('_', 2)[2] for a in SSD_ARCHS}))))
+    arch = min(archs, key=lambda a: abs(int(a.split('_')[1]) - args.data_shape))
+    dataset = args.dataset.lower()
+    if dataset in ('voc', 'coco') and not (args.classes or args.train_json):
+        return '%s_%s' % (arch, dataset)
+    return arch + '_custom'
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format='%(message)s')
+    cli.check_scale_out(args)
+    name = network_name(args)
+    train_dataset, val_dataset = cli.build_datasets(args)
+    task = SSDTask(name, train_dataset, val_dataset, args.data_shape,
+                   pretrained_base=args.pretrained_base, num_workers=args.num_workers)
+    config = cli.train_config(args, args.save_prefix + name)
+    result = fit(task, config)
+    if result.metrics:
+        print('final: %s' % ', '.join('%s=%.4f' % kv for kv in result.metrics.items()))
+    return result
+
+
+if __name__ == '__main__':
+    main()
