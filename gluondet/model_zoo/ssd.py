@@ -351,7 +351,7 @@ SSD_ARCHS = {
 
 def build_ssd(arch, classes, dataset='custom', pretrained_base=True, ctx=mx.cpu(),
               root=os.path.join('~', '.mxnet', 'models'), norm_layer=nn.BatchNorm,
-              norm_kwargs=None, **kwargs):
+              norm_kwargs=None, sizes=None, ratios=None, steps=None, **kwargs):
     """Build the SSD ``arch`` (a key of ``SSD_ARCHS``) for ``classes``.
 
     Parameters
@@ -368,6 +368,8 @@ def build_ssd(arch, classes, dataset='custom', pretrained_base=True, ctx=mx.cpu(
         Where loaded weights go; folder of weight files.
     norm_layer, norm_kwargs
         Normalization of the backbone and extra layers (ignored by VGG, which has none).
+    sizes, ratios, steps
+        Override the anchors of the preset (see :class:`SSD`); None keeps GluonCV's.
     **kwargs
         Passed to :class:`SSD`.
     """
@@ -377,10 +379,12 @@ def build_ssd(arch, classes, dataset='custom', pretrained_base=True, ctx=mx.cpu(
     extras = [ExtraLayer(*config, **norm) for config in spec['extras']]
     features = SSDFeatures(backbone, extras)
     if pretrained_base:
-        gluoncv_compat.load_gluoncv_backbone(features, registry.weights_file(spec['backbone'], root), ctx)
-    sizes = spec['sizes']['voc' if dataset == 'voc' else 'coco']
-    return SSD(features, classes, sizes, spec['ratios'], spec['steps'], spec['base_size'],
-               **kwargs)
+        path = registry.weights_file(spec['backbone'], root)
+        gluoncv_compat.load_gluoncv_backbone(features, path, ctx)
+    if sizes is None:
+        sizes = spec['sizes']['voc' if dataset == 'voc' else 'coco']
+    return SSD(features, classes, sizes, ratios or spec['ratios'], steps or spec['steps'],
+               spec['base_size'], **kwargs)
 
 
 def _dataset_builder(arch, dataset, classes):
