@@ -98,12 +98,16 @@ def test_fit_learns_and_writes_every_log(tmp_path):
     assert manifest['config'] == cfg.to_dict()
 
 
-def test_fit_splits_batches_over_two_cpu_contexts(tmp_path):
+def test_fit_splits_batches_over_two_cpu_contexts_without_hybridizing(tmp_path):
     hook = HookBase()
-    result = fit(ToyTask(), _config(tmp_path, cpus=2, epochs=2), hooks=[hook])
+    cfg = _config(tmp_path, cpus=2, epochs=2, hybridize=False, val_interval=0, save_interval=2)
+    result = fit(ToyTask(), cfg, hooks=[hook])
     assert hook.loop.runtime.ctx == (mx.cpu(0), mx.cpu(1))
     assert all(len(terms) == 2 for terms in hook.loop.state.losses.values())
-    assert np.isfinite(result.metrics['mse'])
+    assert not hook.loop.net._active
+    # val_interval=0 validates only the epoch whose params are saved (the name holds the metric).
+    assert [r['epoch'] for r in _jsonl(cfg.save_prefix) if r['type'] == 'val'] == [1]
+    assert os.path.exists('%s_0001_%.4f.params' % (cfg.save_prefix, result.metrics['mAP']))
 
 
 def _digests(prefix):
@@ -209,8 +213,13 @@ def test_resume_rejects_a_corrupt_checkpoint(tmp_path):
         fit(ToyTask(), _config(tmp_path, epochs=2, resume='auto'))
 
 
-def test_a_failing_validation_leaves_the_epoch_checkpoint(tmp_path):
+def test_a_failing_validation_leaves_the_epoch_checkpoint_and_runs_on_resume(tmp_path):
     cfg = _config(tmp_path, epochs=2, val_metric='AP')
     with pytest.raises(KeyError, match=r"\['mAP', 'mse'\] but not val_metric 'AP'"):
         fit(ToyTask(), cfg)
     assert read_manifest(cfg.save_prefix + '_last.json')['iteration'] == 8
+    # Resuming validates epoch 0 on the checkpointed weights before training epoch 1.
+    fit(ToyTask(), _config(tmp_path, epochs=2, resume='auto'))
+    records = [(r['type'], r['epoch'], r['iteration']) for r in _jsonl(cfg.save_prefix)]
+    assert records == [('train', 0, 4), ('train', 0, 8), ('val', 0, 8), ('train', 1, 12),
+                       ('train', 1, 16), ('val', 1, 16)]

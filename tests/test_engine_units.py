@@ -1,6 +1,9 @@
 """Engine parts without a training run: config, contexts, LR schedule, sampler, per-sample seeds."""
+import ast
 import dataclasses
+import glob
 import math
+import os
 
 import mxnet as mx
 import numpy as np
@@ -9,6 +12,23 @@ import pytest
 from gluondet.engine import (EpochBatchSampler, LRSchedule, TrainConfig, TrainData,
                              make_contexts)
 from test_engine_toy import ToyTask
+
+
+def test_engine_imports_nothing_detection_specific():
+    import gluondet.engine
+    folder = os.path.dirname(gluondet.engine.__file__)
+    for path in glob.glob(os.path.join(folder, '*.py')):
+        with open(path) as f:
+            tree = ast.parse(f.read())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                names = [('.' * node.level) + (node.module or '')]
+            elif isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            else:
+                continue
+            for name in names:
+                assert not name.startswith(('..', 'gluondet.')) or name == '..', (path, name)
 
 
 # -- config ------------------------------------------------------------------------------------
@@ -22,12 +42,12 @@ def test_config_unknown_key_suggests_the_close_one():
 
 
 def test_config_from_dict_round_trip_and_frozen():
-    cfg = TrainConfig.from_dict({'lr_decay_epoch': '160,200', 'batch_size': 8})
-    assert cfg.lr_decay_epoch == (160, 200)
+    cfg = TrainConfig.from_dict({'lr_decay_epoch': '160,200', 'batch_size': 8, 'lr': 1})
+    assert cfg.lr_decay_epoch == (160, 200) and cfg.lr == 1.0 and isinstance(cfg.lr, float)
     assert TrainConfig.from_dict(cfg.to_dict()) == cfg
     with pytest.raises(dataclasses.FrozenInstanceError):
         cfg.lr = 1.0
-    assert dataclasses.replace(cfg, lr=0.1).lr == 0.1 and cfg.lr == 0.001
+    assert dataclasses.replace(cfg, lr=0.1).lr == 0.1 and cfg.lr == 1.0
 
 
 @pytest.mark.parametrize('values, message', [

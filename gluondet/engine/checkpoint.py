@@ -280,22 +280,34 @@ def atomic_write_text(path, text):
 def _atomic(write, path):
     tmp = '%s.tmp%d' % (path, os.getpid())
     try:
-        write(tmp)
-        with open(tmp, 'rb+') as f:
-            os.fsync(f.fileno())
+        _write_synced(write, tmp)
         os.replace(tmp, path)
     finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
+        _remove_if_exists(tmp)
 
 
 def _write_hashed(write, stem, ext):
-    tmp = '%s.tmp%d%s' % (stem, os.getpid(), ext)
-    _atomic(write, tmp)
-    sha1 = _sha1(tmp)
-    path = '%s-%s%s' % (stem, sha1[:8], ext)
-    os.replace(tmp, path)
+    """Write ``{stem}-{sha1[:8]}{ext}`` atomically; returns its path and sha1."""
+    tmp = '%s.tmp%d%s' % (stem, os.getpid(), ext)    # a leftover matches the stale-file glob
+    try:
+        _write_synced(write, tmp)
+        sha1 = _sha1(tmp)
+        path = '%s-%s%s' % (stem, sha1[:8], ext)
+        os.replace(tmp, path)
+    finally:
+        _remove_if_exists(tmp)
     return path, sha1
+
+
+def _write_synced(write, path):
+    write(path)
+    with open(path, 'rb+') as f:
+        os.fsync(f.fileno())
+
+
+def _remove_if_exists(path):
+    if os.path.exists(path):
+        os.remove(path)
 
 
 def _sha1(path):

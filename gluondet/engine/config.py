@@ -59,7 +59,8 @@ class TrainConfig:
         ``save_interval``-th epoch (0: never).
     val_interval : int
         Validate after every ``val_interval``-th epoch and after the last one
-        (0: never). An epoch whose params are saved is validated too.
+        (0: only when saving params). An epoch whose params are saved is
+        validated too (the file name holds the metric).
     val_metric : str
         Key of ``task.validate()``'s result that selects the best model
         (higher is better).
@@ -108,6 +109,8 @@ class TrainConfig:
         object.__setattr__(self, 'lr_decay_epoch', _epoch_list(self.lr_decay_epoch))
         for field in dataclasses.fields(self):
             _check_type(field.name, getattr(self, field.name), field.type)
+            if field.type is float:
+                object.__setattr__(self, field.name, float(getattr(self, field.name)))
         _check_values(self)
 
     @classmethod

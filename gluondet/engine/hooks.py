@@ -213,8 +213,8 @@ class CheckpointHook(HookBase):
 class ValidationHook(HookBase):
     """Validates, keeps the best metric, writes GluonCV's params files.
 
-    After every ``val_interval``-th epoch, every ``save_interval``-th epoch
-    and the last epoch (if ``val_interval`` > 0) it calls
+    After every ``save_interval``-th epoch, and (if ``val_interval`` > 0)
+    every ``val_interval``-th and the last epoch, it calls
     ``task.validate(net, ctx_list)`` and reports the result. When
     ``metrics[val_metric]`` beats the best so far it writes
     ``{save_prefix}_best.params`` and appends to ``{save_prefix}_best_map.log``;
@@ -250,8 +250,9 @@ class ValidationHook(HookBase):
 
     def _due(self, epoch):
         val, save = self.config.val_interval, self.config.save_interval
-        return bool(val) and ((epoch + 1) % val == 0 or epoch + 1 == self.loop.epochs
-                              or (save and (epoch + 1) % save == 0))
+        if save and (epoch + 1) % save == 0:
+            return True     # the params file is named by the metric
+        return bool(val) and ((epoch + 1) % val == 0 or epoch + 1 == self.loop.epochs)
 
     def _validate(self, epoch):
         loop = self.loop

@@ -16,9 +16,10 @@ from .schedule import LRSchedule
 class TrainState:
     """Where training is; the hooks read it, the loop advances it.
 
-    ``epoch`` is the epoch in progress, ``batch`` the batches done in it and
-    ``iteration`` the optimizer steps done in total. ``losses`` holds the
-    last step's ``{name: [NDArray per context]}``, ``metrics`` the last
+    ``epoch`` is the epoch in progress (0-based), ``batch`` the batches done
+    in it (of ``batches_per_epoch``), ``iteration`` the optimizer steps done
+    in total, ``lr`` the last step's learning rate. ``losses`` holds the last
+    step's ``{name: [NDArray per context]}``, ``metrics`` the last
     validation's result.
     """
 
@@ -29,7 +30,7 @@ class TrainState:
     lr: float = 0.0
     losses: dict = dataclasses.field(default_factory=dict)
     metrics: dict = dataclasses.field(default_factory=dict)
-    _values: Optional[dict] = None
+    _values: Optional[dict] = dataclasses.field(default=None, repr=False, compare=False)
 
     def position(self):
         """``(epoch, batch, iteration)``, a finished epoch given as the next one's start."""
@@ -70,10 +71,9 @@ class TrainLoop:
     def __init__(self, net, trainer, task, data, hooks, epochs, runtime, state):
         self.net, self.trainer, self.task, self.data = net, trainer, task, data
         self.epochs, self.runtime, self.state = epochs, runtime, state
-        self.hooks = []
-        for hook in hooks:
+        self.hooks = list(hooks)
+        for hook in self.hooks:
             hook.loop = self
-            self.hooks.append(hook)
 
     def train(self):
         """Train from ``state`` to ``epochs``; ``after_train`` runs even on error."""
