@@ -220,6 +220,18 @@ def test_load_time_failure_is_replaced_by_next_item_in_skip_mode(tmp_path, caplo
     assert ds.report.replaced['unreadable_image'] == 2
 
 
+@pytest.mark.parametrize('num_workers', [0, 2])
+def test_load_time_replacement_through_dataloader(tmp_path, num_workers):
+    ds = VOCDetection(make_voc(tmp_path), classes=('dog',))
+    corrupt_after_build(ds.image_path(1))
+    loader = gluon.data.DataLoader(ds, batch_size=2, num_workers=num_workers, batchify_fn=collate)
+    labels = [label for batch in loader for _, label in batch]
+    expected = [ds.label(i) for i in (0, 2, 2, 3)]  # item 1 is replaced by item 2
+    assert len(labels) == 4
+    for found, wanted in zip(labels, expected):
+        np.testing.assert_array_equal(found, wanted)
+
+
 def test_load_time_size_mismatch_is_an_error(tmp_path):
     ds = VOCDetection(make_voc(tmp_path), classes=('dog',), on_error='raise')
     write(ds.image_path(0), encode('.jpg', np.zeros((10, 10, 3), np.uint8)))

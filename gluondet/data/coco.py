@@ -290,7 +290,7 @@ class COCODetection(DetectionDataset):
         return False
 
     def to_coco_bbox(self, boxes):
-        """Corner boxes in this dataset's frame -> COCO ``[x, y, w, h]`` (see :func:`xyxy_to_coco`)."""
+        """Corner boxes in this dataset's frame -> COCO ``[x, y, w, h]``: :func:`xyxy_to_coco`."""
         return xyxy_to_coco(boxes)
 
     @property
@@ -301,6 +301,6 @@ class COCODetection(DetectionDataset):
                 from pycocotools.coco import COCO
             except ImportError:
                 raise ImportError('COCODetection.coco needs pycocotools: pip install pycocotools '
-                                  '(or evaluate from annotation_file with faster-coco-eval)') from None
+                                  '(or evaluate annotation_file with faster-coco-eval)') from None
             self._coco = COCO(self.annotation_file)
         return self._coco
