@@ -290,6 +290,13 @@ class DetectionDataset(gluon.data.Dataset):
         with one summary warning; an image that fails to decode at load time
         is replaced by the next readable item, with a warning. ``'raise'``:
         the first bad record raises :class:`DatasetError`.
+
+    Notes
+    -----
+    A subclass parses its annotations in ``__init__``: per image it gets the
+    size from :meth:`_image_size_or_skip`, passes each box through
+    :meth:`_clean_box`, reports bad records with :meth:`_fail`, and ends with
+    :meth:`_finish` on the list of :class:`Record`.
     """
 
     def __init__(self, classes, transform=None, on_error='skip'):
