@@ -44,7 +44,7 @@ def _values(record):
 @pytest.mark.parametrize('kill_signal, resumed_from', [
     (signal.SIGKILL, 10),     # the last mid-epoch checkpoint
     (signal.SIGTERM, 13),     # the step after the pause: checkpoint at the current iteration
-    (signal.SIGINT, 13),
+    pytest.param(signal.SIGINT, 13, marks=pytest.mark.slow),
 ])
 def test_stopped_and_resumed_run_equals_the_straight_run(tmp_path, straight, kill_signal,
                                                          resumed_from):

@@ -50,9 +50,12 @@ hooks after the default ones.
 
 Stopping
 --------
-- SIGINT/SIGTERM: the current step finishes, a checkpoint is written, and
-  `TrainingInterrupted` (a ``SystemExit``) exits with code 130 (SIGINT) or
-  143 (SIGTERM). ``resume='auto'`` continues exactly from there.
+- SIGINT/SIGTERM: the current step finishes (or the current validation),
+  a checkpoint is written, and `TrainingInterrupted` (a ``SystemExit``)
+  exits with code 130 (SIGINT) or 143 (SIGTERM). ``resume='auto'``
+  continues exactly from there. DataLoader workers ignore SIGINT (Ctrl-C
+  reaches the whole process group); send SIGTERM to the training process
+  only: workers killed by it make MXNet's loader fail after its timeout.
 - A NaN or infinite loss raises `NonFiniteLossError` naming the epoch and
   iteration; no checkpoint is written for that step, the last good one stays.
 - ``kill -9``: the last committed checkpoint stays valid (see `checkpoint`).

@@ -131,6 +131,7 @@ class Checkpointer:
         state = loop.state
         state.epoch, state.batch, state.iteration = (manifest[k] for k in ('epoch', 'batch',
                                                                            'iteration'))
+        _check_position(state, path)
         load_hook_states(loop.hooks, manifest['hooks'])
         _report_differences(path, manifest, self.meta, self.config)
         self._files = {k: manifest[k] for k in ('params', 'params_sha1', 'states', 'states_sha1',
@@ -340,6 +341,17 @@ def _checked_file(base, manifest, kind, manifest_path):
         raise CheckpointError('%s does not match the sha1 in %s: the file is corrupt or was '
                               'replaced' % (path, manifest_path))
     return path
+
+
+def _check_position(state, path):
+    steps = state.batches_per_epoch
+    if state.batch > steps:
+        raise CheckpointError('checkpoint %s stopped at batch %d of epoch %d, but an epoch now has '
+                              '%d batches (batch size or dataset changed)'
+                              % (path, state.batch, state.epoch, steps))
+    if state.epoch * steps + state.batch != state.iteration:
+        LOG.warning('checkpoint %s: %d steps per epoch now (batch size or dataset changed); the '
+                    'LR schedule continues from iteration %d', path, steps, state.iteration)
 
 
 def _check_optimizer(saved, trainer, path):

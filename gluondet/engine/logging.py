@@ -15,6 +15,9 @@ mean of each loss. A non-finite number is written as null.
 
 TensorBoard (``logdir``): ``train/<loss>``, ``train/lr``,
 ``train/samples_per_sec`` and ``val/<metric>`` against the iteration.
+
+The console shows a tqdm bar per epoch (samples/s, losses and lr refreshed
+every log interval) when stderr is a terminal, and the log lines always.
 """
 import json
 import logging
