@@ -223,3 +223,26 @@ def test_a_failing_validation_leaves_the_epoch_checkpoint_and_runs_on_resume(tmp
     records = [(r['type'], r['epoch'], r['iteration']) for r in _jsonl(cfg.save_prefix)]
     assert records == [('train', 0, 4), ('train', 0, 8), ('val', 0, 8), ('train', 1, 12),
                        ('train', 1, 16), ('val', 1, 16)]
+
+
+def test_a_kill_before_the_manifest_is_committed_leaves_the_previous_checkpoint(
+        tmp_path, monkeypatch):
+    import gluondet.engine.checkpoint as checkpoint
+    cfg = _config(tmp_path, epochs=2)
+    fit(ToyTask(), TrainConfig.from_dict(dict(cfg.to_dict(), epochs=1)))
+
+    def killed(path, text):
+        raise SystemExit('killed while writing %s' % path)
+    monkeypatch.setattr(checkpoint, 'atomic_write_text', killed)
+    with pytest.raises(SystemExit, match='killed while writing .*toy_last.json'):
+        fit(ToyTask(), _config(tmp_path, epochs=2, resume='auto'))
+    monkeypatch.undo()
+    folder = os.path.dirname(cfg.save_prefix)
+    data = sorted(n for n in os.listdir(folder) if n.startswith('toy_last-'))
+    assert [n[:17] for n in data] == ['toy_last-00000008'] * 2 + ['toy_last-00000016'] * 2
+    assert read_manifest(cfg.save_prefix + '_last.json')['iteration'] == 8
+
+    result = fit(ToyTask(), _config(tmp_path, epochs=2, resume='auto'))
+    assert result.iteration == 16
+    assert sorted(n[:17] for n in os.listdir(folder) if n.startswith('toy_last-')) == [
+        'toy_last-00000016'] * 2

@@ -136,7 +136,9 @@ class Checkpointer:
         _report_differences(path, manifest, self.meta, self.config)
         self._files = {k: manifest[k] for k in ('params', 'params_sha1', 'states', 'states_sha1',
                                                 'optimizer')}
-        self._position = state.position()
+        # Data files elsewhere (another save_prefix) are copied by the next save.
+        same = os.path.abspath(path) == os.path.abspath(self.json_path)
+        self._position = state.position() if same else None
 
 
 def resolve_resume(resume, auto_path):
