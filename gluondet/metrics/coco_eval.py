@@ -1,0 +1,435 @@
+"""COCO box evaluation with array operations: pycocotools' ``COCOeval(iouType='bbox')`` numbers.
+
+The semantics are pycocotools 2.0's, kept exactly:
+
+- images and categories are those of the ground truth; detections of other
+  categories are dropped, detections on unknown images are an error;
+- per image and category, detections are taken best score first (equal
+  scores in input order) and only the first 100 count;
+- IoU of boxes ``x, y, w, h``; a crowd ground truth's union is the detection's
+  own area; a ground truth is ignored when it is a crowd or its ``area``
+  field lies outside the area range; a detection's area is ``w * h``;
+- matching is greedy per IoU threshold: each detection takes, among the
+  ground truths still free (crowds are never used up) with IoU >=
+  ``min(t, 1 - 1e-10)``, the one of highest IoU, preferring any
+  non-ignored one over an ignored one; among equal IoUs the later ground
+  truth in file order; a detection matched to an ignored ground truth, or
+  unmatched and outside the area range, is ignored;
+- a match to a ground truth whose annotation ``id`` is 0 counts as no match
+  (pycocotools keeps match ids where 0 means none);
+- precision at 101 recall points, made non-increasing from the right; -1
+  where a category has no non-ignored ground truth.
+
+Where pycocotools loops over images, categories, area ranges, thresholds and
+detections in Python, here the greedy matching runs once per detection rank
+(at most 100 steps) over all images, categories, area ranges and thresholds.
+"""
+import itertools
+import json
+import warnings
+
+import numpy as np
+
+__all__ = ['coco_evaluate', 'evaluate_boxes', 'summarize', 'format_summary', 'load_ground_truth',
+           'detection_columns', 'STAT_NAMES']
+
+STAT_NAMES = ('AP', 'AP50', 'AP75', 'APs', 'APm', 'APl',
+              'AR1', 'AR10', 'AR100', 'ARs', 'ARm', 'ARl')
+IOU_THRESHOLDS = np.linspace(.5, 0.95, int(np.round((0.95 - .5) / .05)) + 1, endpoint=True)
+RECALL_THRESHOLDS = np.linspace(.0, 1.00, int(np.round((1.00 - .0) / .01)) + 1, endpoint=True)
+MAX_DETS = (1, 10, 100)
+AREA_RANGES = {'all': (0. ** 2, 1e5 ** 2), 'small': (0. ** 2, 32. ** 2),
+               'medium': (32. ** 2, 96. ** 2), 'large': (96. ** 2, 1e5 ** 2)}
+# (stat, AP or AR, IoU threshold or None for all, area range, max detections)
+_SUMMARY = [('AP', True, None, 'all', 100), ('AP50', True, .5, 'all', 100),
+            ('AP75', True, .75, 'all', 100), ('APs', True, None, 'small', 100),
+            ('APm', True, None, 'medium', 100), ('APl', True, None, 'large', 100),
+            ('AR1', False, None, 'all', 1), ('AR10', False, None, 'all', 10),
+            ('AR100', False, None, 'all', 100), ('ARs', False, None, 'small', 100),
+            ('ARm', False, None, 'medium', 100), ('ARl', False, None, 'large', 100)]
+
+
+class GroundTruth:
+    """Arrays of a COCO ground-truth json, annotations in file order.
+
+    Attributes
+    ----------
+    source : str
+        The file name (or ``'<dict>'``), for error messages.
+    dataset : dict
+        The loaded json.
+    image_ids, category_ids : numpy.ndarray
+        Sorted unique ids of the images and categories.
+    image, category : numpy.ndarray of int
+        Index into ``image_ids`` / ``category_ids`` of each annotation.
+    boxes : numpy.ndarray, G x 4
+        ``x, y, w, h``.
+    area : numpy.ndarray
+        The ``area`` field.
+    crowd, zero_id : numpy.ndarray of bool
+        ``iscrowd`` set; annotation ``id`` is 0.
+    """
+
+    def __init__(self, dataset, source):
+        self.source, self.dataset = source, dataset
+        for key in ('images', 'annotations', 'categories'):
+            if not isinstance(dataset.get(key), list):
+                raise ValueError('%s: COCO ground truth needs a list %r' % (source, key))
+        self.image_ids = _sorted_ids(dataset['images'], 'images', source)
+        self.category_ids = _sorted_ids(dataset['categories'], 'categories', source)
+        anns = dataset['annotations']
+        try:
+            image, known_image = _lookup(self.image_ids, [a['image_id'] for a in anns])
+            category, known_cat = _lookup(self.category_ids, [a['category_id'] for a in anns])
+            ids = [a['id'] for a in anns]
+        except (KeyError, TypeError):
+            raise ValueError('%s: every annotation needs "id", "image_id" and "category_id"'
+                             % source) from None
+        if len(set(ids)) != len(ids):
+            raise ValueError('%s: annotation ids are not unique (pycocotools would evaluate '
+                             'one annotation in place of another)' % source)
+        keep = known_image & known_cat  # pycocotools drops the others
+        anns = [a for a, known in zip(anns, keep) if known]
+        try:
+            self.boxes = np.array([a['bbox'] for a in anns], dtype=np.float64).reshape(-1, 4)
+            self.area = np.array([a['area'] for a in anns], dtype=np.float64)
+        except (KeyError, ValueError, TypeError):
+            raise ValueError('%s: every annotation needs "bbox" [x, y, w, h] and "area" '
+                             '(first bad: %r)' % (source, _first_bad(anns))) from None
+        if not (np.isfinite(self.boxes).all() and np.isfinite(self.area).all()):
+            raise ValueError('%s: annotation boxes and areas must be finite' % source)
+        self.image, self.category = image[keep], category[keep]
+        self.crowd = np.array([bool(a.get('iscrowd', 0)) for a in anns], dtype=bool)
+        self.zero_id = np.array(ids)[keep] == 0
+
+
+def _sorted_ids(entries, key, source):
+    try:
+        return np.unique([entry['id'] for entry in entries])
+    except (KeyError, TypeError):
+        raise ValueError('%s: every entry of %r needs an "id"' % (source, key)) from None
+
+
+def _lookup(sorted_ids, values):
+    """Index of each value in ``sorted_ids`` and whether it is there."""
+    values = np.asarray(values)
+    if len(sorted_ids) == 0:
+        return np.zeros(len(values), dtype=np.int64), np.zeros(len(values), dtype=bool)
+    index = np.searchsorted(sorted_ids, values).clip(0, len(sorted_ids) - 1)
+    return index, sorted_ids[index] == values
+
+
+def _first_bad(anns):
+    for ann in anns:
+        bbox = ann.get('bbox')
+        if 'area' not in ann or not isinstance(bbox, (list, tuple)) or len(bbox) != 4:
+            return ann
+    return None
+
+
+def load_ground_truth(gt):
+    """Load a COCO ground truth (json path, dict or :class:`GroundTruth`) into arrays."""
+    if isinstance(gt, GroundTruth):
+        return gt
+    if isinstance(gt, dict):
+        return GroundTruth(gt, '<dict>')
+    try:
+        with open(gt) as f:
+            dataset = json.load(f)
+    except json.JSONDecodeError as err:
+        raise ValueError('%s: not valid json (%s)' % (gt, err)) from None
+    if not isinstance(dataset, dict):
+        raise ValueError('%s: a COCO ground truth is a json object' % gt)
+    return GroundTruth(dataset, str(gt))
+
+
+def _parse_detections(detections, gt):
+    """Image index, category index, ``x, y, w, h`` box and score of each usable detection."""
+    image_id, category_id, boxes, score = detection_columns(detections)
+    if not (np.isfinite(boxes).all() and np.isfinite(score).all()):
+        raise ValueError('detection boxes and scores must be finite (first bad: index %d)'
+                         % np.flatnonzero(~np.isfinite(np.c_[boxes, score]).all(1))[0])
+    image, known = _lookup(gt.image_ids, image_id)
+    if not known.all():
+        raise ValueError('detections name images absent from %s (first: %r)'
+                         % (gt.source, image_id[~known][0]))
+    category, known = _lookup(gt.category_ids, category_id)
+    if not known.all():
+        warnings.warn('%d detections have category ids absent from %s; they are not '
+                      'evaluated (as pycocotools)' % ((~known).sum(), gt.source))
+    return image[known], category[known], boxes[known], score[known]
+
+
+def detection_columns(detections):
+    """``image_id, category_id, bbox (N x 4 x, y, w, h), score`` arrays of detections.
+
+    ``detections`` is a list of ``{image_id, category_id, bbox, score}``
+    dicts, pycocotools' ``N x 7`` array ``[image_id, x, y, w, h, score,
+    category_id]``, or a dict of those four columns.
+    """
+    if isinstance(detections, np.ndarray):
+        if detections.ndim != 2 or detections.shape[1] != 7:
+            raise ValueError('a detection array must be N x 7 [image_id, x, y, w, h, score, '
+                             'category_id], got shape %s' % (detections.shape,))
+        return (detections[:, 0], detections[:, 6], detections[:, 1:5].astype(np.float64),
+                detections[:, 5].astype(np.float64))
+    if isinstance(detections, dict):
+        columns = (np.asarray(detections['image_id']), np.asarray(detections['category_id']),
+                   np.asarray(detections['bbox'], np.float64).reshape(-1, 4),
+                   np.asarray(detections['score'], np.float64))
+        if len({len(column) for column in columns}) != 1:
+            raise ValueError('detection columns differ in length: %s'
+                             % [len(column) for column in columns])
+        return columns
+    try:
+        image_id = np.array([d['image_id'] for d in detections])
+        category_id = np.array([d['category_id'] for d in detections])
+        score = np.fromiter((d['score'] for d in detections), np.float64, len(detections))
+        bbox = [d['bbox'] for d in detections]
+        if any(len(b) != 4 for b in bbox):
+            raise ValueError('a bbox is not 4 numbers')
+        boxes = np.fromiter(itertools.chain.from_iterable(bbox), np.float64, 4 * len(bbox))
+    except (KeyError, TypeError, ValueError):
+        raise ValueError('every detection needs image_id, category_id, score and bbox '
+                         '[x, y, w, h] (first bad: %r)' % (_first_bad_det(detections),)) from None
+    return image_id, category_id, boxes.reshape(-1, 4), score
+
+
+def _first_bad_det(detections):
+    for det in detections:
+        try:
+            if len(det['bbox']) != 4 or not {'image_id', 'category_id', 'score'} <= set(det):
+                return det
+        except (KeyError, TypeError):
+            return det
+    return None
+
+
+def coco_evaluate(gt, detections):
+    """The 12 summary numbers of COCO box evaluation, as pycocotools computes them.
+
+    Parameters
+    ----------
+    gt : str, dict or GroundTruth
+        COCO ground-truth json path, or the loaded dict.
+    detections : list of dict, numpy.ndarray or dict of arrays
+        COCO results ``{image_id, category_id, bbox: [x, y, w, h], score}``,
+        an ``N x 7`` array ``[image_id, x, y, w, h, score, category_id]``
+        (pycocotools' numpy form) or a dict of the four columns.
+
+    Returns
+    -------
+    dict
+        ``AP, AP50, AP75, APs, APm, APl, AR1, AR10, AR100, ARs, ARm, ARl``
+        (floats; -1 where undefined, e.g. no ground truth in an area range).
+    """
+    precision, recall = evaluate_boxes(gt, detections)[:2]
+    return summarize(precision, recall)
+
+
+def evaluate_boxes(gt, detections):
+    """pycocotools' ``evaluate()`` + ``accumulate()``.
+
+    Returns
+    -------
+    precision : numpy.ndarray, T x R x K x A x M
+        IoU thresholds x recall points x categories x area ranges x max detections.
+    recall : numpy.ndarray, T x K x A x M
+    category_ids : numpy.ndarray
+        The K category ids.
+    """
+    gt = load_ground_truth(gt)
+    image, category, boxes, score = _parse_detections(detections, gt)
+    # best score first within (category, image), equal scores in input order
+    order = np.lexsort((-score, image, category))
+    image, category, boxes, score = image[order], category[order], boxes[order], score[order]
+    key = category * len(gt.image_ids) + image
+    rank = np.arange(len(key)) - np.searchsorted(key, key, side='left')
+    keep = rank < MAX_DETS[-1]
+    image, category, boxes, score, rank = (image[keep], category[keep], boxes[keep],
+                                           score[keep], rank[keep])
+    lows, highs = np.array(list(AREA_RANGES.values())).T
+    gt_ignored = gt.crowd | (gt.area < lows[:, None]) | (gt.area > highs[:, None])
+    out_of_range = (boxes[:, 2] * boxes[:, 3] < lows[:, None]) | \
+                   (boxes[:, 2] * boxes[:, 3] > highs[:, None])
+    true_match, on_ignored = _greedy_match(gt, category * len(gt.image_ids) + image, boxes,
+                                           rank, gt_ignored)
+    ignored = on_ignored | (~true_match & out_of_range[:, None, :])
+    positives = np.stack([np.bincount(gt.category[~ign], minlength=len(gt.category_ids))
+                          for ign in gt_ignored], axis=1)  # K x A
+    return _accumulate(category, score, rank, true_match, ignored, positives) + \
+        (gt.category_ids,)
+
+
+def _greedy_match(gt, key, boxes, rank, gt_ignored):
+    """Greedy matching of every detection at every area range and IoU threshold.
+
+    Returns
+    -------
+    true_match : numpy.ndarray of bool, A x T x N
+        Matched to a ground truth whose id is not 0 (pycocotools' match).
+    on_ignored : numpy.ndarray of bool, A x T x N
+        Matched to a ground truth ignored in that area range.
+    """
+    shape = (len(gt_ignored), len(IOU_THRESHOLDS))
+    gt_key = gt.category * len(gt.image_ids) + gt.image
+    gt_order = np.argsort(gt_key, kind='stable')  # file order within an image and category
+    start = np.searchsorted(gt_key[gt_order], key, side='left')
+    count = np.searchsorted(gt_key[gt_order], key, side='right') - start
+    dets = np.flatnonzero(count)
+    dets = dets[np.argsort(rank[dets], kind='stable')]
+    rows, cols = _pairs(start[dets], count[dets])
+    det, cols = dets[rows], gt_order[cols]
+    iou = _box_iou(boxes[det], gt.boxes[cols], gt.crowd[cols])
+    thresholds = np.minimum(IOU_THRESHOLDS, 1 - 1e-10)
+    close = iou >= thresholds.min()  # the others never match
+    det, cols, iou = det[close], cols[close], iou[close]
+    state = {'taken': np.zeros(shape + (len(gt_key),), dtype=bool),
+             'true_match': np.zeros(shape + (len(key),), dtype=bool),
+             'on_ignored': np.zeros(shape + (len(key),), dtype=bool)}
+    steps = np.searchsorted(rank[det], np.arange(MAX_DETS[-1] + 1))
+    for lo, hi in zip(steps[:-1], steps[1:]):  # one detection rank at a time
+        if lo < hi:
+            _match_step(det[lo:hi], cols[lo:hi], iou[lo:hi], thresholds[:, None], gt,
+                        gt_ignored, **state)
+    return state['true_match'], state['on_ignored']
+
+
+def _match_step(det, cols, iou, thresholds, gt, gt_ignored, taken, true_match, on_ignored):
+    """Match detections of one rank (one per image and category) given what is taken.
+
+    ``det``, ``cols``, ``iou``: the pairs, grouped by detection, ground truths in
+    file order. Updates ``taken``, ``true_match`` and ``on_ignored`` in place.
+    """
+    new = np.r_[True, det[1:] != det[:-1]]
+    seg, rows = np.flatnonzero(new), np.cumsum(new) - 1
+    near = (~taken[:, :, cols] | gt.crowd[cols]) & (iou >= thresholds)
+    ignored = gt_ignored[:, None, cols]
+    regular = near & ~ignored
+    usable = np.where(np.logical_or.reduceat(regular, seg, axis=2)[:, :, rows],
+                      regular, near & ignored)
+    best = np.maximum.reduceat(np.where(usable, iou, -1.), seg, axis=2)
+    at_best = usable & (iou == best[:, :, rows])
+    last = np.maximum.reduceat(np.where(at_best, np.arange(len(det)), -1), seg, axis=2)
+    area, thr, which = np.nonzero(last >= 0)
+    pair = last[area, thr, which]
+    chosen = cols[pair]
+    taken[area, thr, chosen] = True
+    true_match[area, thr, det[pair]] = ~gt.zero_id[chosen]
+    on_ignored[area, thr, det[pair]] = gt_ignored[area, chosen]
+
+
+def _pairs(start, count):
+    """Row (detection) and column (ground truth) of all pairs, detection by detection."""
+    seg = np.cumsum(count) - count
+    rows = np.repeat(np.arange(len(count)), count)
+    return rows, np.repeat(start - seg, count) + np.arange(int(count.sum()))
+
+
+def _box_iou(det, gt, crowd):
+    """IoU of ``det[i]`` with ``gt[i]`` (``x, y, w, h``) as pycocotools' ``bbIou``."""
+    width = np.minimum(det[:, 2] + det[:, 0], gt[:, 2] + gt[:, 0]) - \
+        np.maximum(det[:, 0], gt[:, 0])
+    height = np.minimum(det[:, 3] + det[:, 1], gt[:, 3] + gt[:, 1]) - \
+        np.maximum(det[:, 1], gt[:, 1])
+    inter = width * height
+    det_area = det[:, 2] * det[:, 3]
+    union = np.where(crowd, det_area, det_area + gt[:, 2] * gt[:, 3] - inter)
+    overlap = (width > 0) & (height > 0)
+    with np.errstate(divide='ignore', invalid='ignore'):
+        return np.where(overlap, inter / union, 0.)
+
+
+def _accumulate(category, score, rank, true_match, ignored, positives):
+    """Precision (T x R x K x A x M) and recall (T x K x A x M), as pycocotools."""
+    order = np.lexsort((-score, category))  # stable: image order, then rank, on ties
+    category, rank = category[order], rank[order]
+    counted = ~ignored[:, :, order]
+    tps = true_match[:, :, order] & counted
+    needs = _recall_needs(positives)
+    curves = [_curves(category[keep], tps[:, :, keep], counted[:, :, keep], positives, needs)
+              for keep in (rank < max_det for max_det in MAX_DETS)]
+    absent = positives == 0  # K x A
+    precision = np.stack([c[0] for c in curves], axis=-1)
+    precision[:, :, absent] = -1
+    recall = np.stack([c[1] for c in curves], axis=-1)
+    recall[:, absent] = -1
+    return precision, recall
+
+
+def _recall_needs(positives):
+    """K x A x R: true positives needed to reach each recall point (``tp / p >= r``)."""
+    needs = np.zeros(positives.shape + (len(RECALL_THRESHOLDS),), dtype=np.int64)
+    for p in np.unique(positives[positives > 0]):
+        # the same division as the recall tp / positives, so the same comparisons
+        needs[positives == p] = np.searchsorted(np.arange(p + 1) / p, RECALL_THRESHOLDS)
+    return needs
+
+
+def _curves(category, tps, counted, positives, needs):
+    """Precision at the recall points (T x R x K x A) and final recall (T x K x A).
+
+    ``tps`` and ``counted`` (A x T x N) flag true positives and non-ignored
+    detections, sorted by category then score. Precision made non-increasing
+    from the right is highest at true positives, so only they are looked at:
+    the precision at a recall point is the best precision from the true
+    positive that reaches it on.
+    """
+    num_areas, num_thr, _ = tps.shape
+    num_cats = len(positives)
+    bounds = np.searchsorted(category, np.arange(num_cats + 1))
+    seen = np.cumsum(counted, axis=2, dtype=np.int32)  # int64 is 5x slower
+    before = np.where(bounds[:-1] > 0, seen[:, :, np.maximum(bounds[:-1] - 1, 0)], 0)
+    area, thr, pos = np.nonzero(tps)
+    group = (area * num_thr + thr) * num_cats + category[pos]  # sorted
+    first = np.searchsorted(group, group, side='left')
+    hits = np.arange(1, len(group) + 1) - first  # true positives so far in the category
+    seen = seen[area, thr, pos] - before[area, thr, category[pos]]
+    precision = hits / (seen + np.spacing(1))  # tp / (fp + tp + eps)
+    found = np.bincount(group, minlength=num_areas * num_thr * num_cats)
+    found = found.reshape(num_areas, num_thr, num_cats)
+    with np.errstate(divide='ignore', invalid='ignore'):
+        recall = (found / positives.T[:, None, :]).transpose(1, 2, 0)
+    return _precision_at_recalls(precision, first, found, needs), recall
+
+
+def _precision_at_recalls(precision, first, found, needs):
+    """T x R x K x A best precision from the true positive reaching each recall point."""
+    num_areas, num_thr, num_cats = found.shape
+    need = np.broadcast_to(needs.transpose(1, 0, 2)[:, None], found.shape + needs.shape[-1:])
+    reached = (need <= found[..., None]) & (found[..., None] > 0)
+    groups_start = np.zeros(found.size, dtype=np.int64)
+    groups_start[found.ravel() > 0] = np.unique(first)
+    index = groups_start.reshape(found.shape)[..., None] + np.maximum(need - 1, 0)
+    result = np.zeros(reached.shape)
+    if len(precision):
+        # best precision of each stretch between consecutive recall points' true positives
+        result[reached] = np.maximum.reduceat(precision, index[reached])
+        result = np.maximum.accumulate(result[..., ::-1], axis=-1)[..., ::-1]
+    return result.transpose(1, 3, 2, 0)
+
+
+def format_summary(stats):
+    """The 12 lines pycocotools' ``summarize()`` prints, for a dict of :data:`STAT_NAMES`."""
+    lines = []
+    for name, is_ap, iou_thr, area, max_det in _SUMMARY:
+        iou = '%0.2f:%0.2f' % (IOU_THRESHOLDS[0], IOU_THRESHOLDS[-1]) if iou_thr is None \
+            else '%0.2f' % iou_thr
+        title = 'Average Precision  (AP)' if is_ap else 'Average Recall     (AR)'
+        lines.append(' %s @[ IoU=%-9s | area=%6s | maxDets=%3d ] = %0.3f'
+                     % (title, iou, area, max_det, stats[name]))
+    return '\n'.join(lines)
+
+
+def summarize(precision, recall):
+    """pycocotools' ``summarize()`` numbers as a dict of :data:`STAT_NAMES`."""
+    stats = {}
+    area_names = list(AREA_RANGES)
+    for name, is_ap, iou_thr, area, max_det in _SUMMARY:
+        a, m = area_names.index(area), MAX_DETS.index(max_det)
+        values = precision[..., a, m] if is_ap else recall[..., a, m]
+        if iou_thr is not None:
+            values = values[np.where(iou_thr == IOU_THRESHOLDS)[0]]
+        values = values[values > -1]
+        stats[name] = float(np.mean(values)) if values.size else -1.0
+    return stats
