@@ -1,0 +1,229 @@
+"""COCO detection metric for validation loops, with GluonCV's interface.
+
+Detections are collected in ``update`` (one row per box, in the dataset's
+image order), turned into COCO results (json category ids, ``x, y, w, h``
+boxes in original-image pixels) and scored in ``get`` by
+:func:`~gluondet.metrics.coco_eval.coco_evaluate`'s engine, whose numbers are
+pycocotools'.
+"""
+import datetime
+import json
+import os
+import warnings
+
+import mxnet as mx
+import numpy as np
+
+from ._inputs import as_batches, batch_boxes, batch_values
+from .coco_eval import (IOU_THRESHOLDS, coco_evaluate, evaluate_boxes, format_summary,
+                        load_ground_truth, summarize)
+
+__all__ = ['COCODetectionMetric', 'coco_evaluate']
+
+
+class COCODetectionMetric(mx.metric.EvalMetric):
+    """COCO box AP over a validation dataset, as GluonCV's ``COCODetectionMetric``.
+
+    Parameters
+    ----------
+    dataset : gluondet.data.COCODetection or similar
+        Needs ``annotation_file`` (the COCO json), ``image_ids`` (COCO image
+        id of each item, in the order ``update`` sees them),
+        ``contiguous_id_to_json`` (dict or list: class id -> json category
+        id) and ``classes``; ``image_size(idx) -> (width, height)`` if it has
+        one, else sizes come from the json.
+    save_prefix : str, optional
+        Write the COCO results to ``save_prefix[_time].json`` at each ``get``.
+    use_time : bool, default True
+        Append the date and time to the file name.
+    cleanup : bool, default False
+        Remove the results file once it has been evaluated.
+    score_thresh : float, default 0.05
+        Detections scoring lower are dropped.
+    data_shape : (height, width), optional
+        The network input size, when boxes are in that frame: they are scaled
+        to each original image.
+    post_affine : callable, optional
+        ``fn(orig_w, orig_h, out_w, out_h) -> 2 x 3`` matrix applied to the
+        box corners instead of the scaling (needs ``data_shape``).
+
+    Boxes are written back with the inverse of gluondet's
+    ``COCODetection`` reading (``x = xmin + 1``, ``w = xmax - xmin``).
+    """
+
+    def __init__(self, dataset, save_prefix=None, use_time=True, cleanup=False,
+                 score_thresh=0.05, data_shape=None, post_affine=None):
+        super().__init__('COCOMeanAP')
+        self.dataset = dataset
+        self._gt = load_ground_truth(dataset.annotation_file)
+        self._image_ids = list(dataset.image_ids)
+        self._json_ids = _json_category_table(dataset.contiguous_id_to_json)
+        self._score_thresh = score_thresh
+        self._data_shape = _check_data_shape(data_shape)
+        if post_affine is not None and self._data_shape is None:
+            raise ValueError('post_affine needs data_shape (the network input height, width)')
+        self._post_affine = post_affine
+        self._cleanup = cleanup
+        self._filename = None
+        if save_prefix is not None:
+            stamp = datetime.datetime.now().strftime('_%Y_%m_%d_%H_%M_%S') if use_time else ''
+            self._filename = os.path.abspath(os.path.expanduser(save_prefix) + stamp + '.json')
+            folder = os.path.dirname(self._filename)
+            if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
+                raise ValueError('cannot write COCO results to %s: folder missing or not '
+                                 'writable' % self._filename)
+        self.stats = None
+
+    def reset(self):
+        """Forget all detections."""
+        self._current = 0
+        self._rows = []  # per batch: image index, x, y, w, h, score, json category id
+
+    def update(self, pred_bboxes, pred_labels, pred_scores, *args, **kwargs):
+        """Add the detections of the next images of the dataset.
+
+        Parameters
+        ----------
+        pred_bboxes : mx.nd.NDArray or numpy.ndarray, or a list of them
+            ``B x N x 4`` boxes ``xmin, ymin, xmax, ymax`` (in the
+            ``data_shape`` frame if given, else in original pixels).
+        pred_labels : array, ``B x N`` or ``B x N x 1``
+            Class ids; negative rows are padding.
+        pred_scores : array, ``B x N`` or ``B x N x 1``
+            Confidences.
+
+        Further arguments (ground truths) are accepted and ignored: the
+        ground truth comes from the json.
+        """
+        for boxes, labels, scores in as_batches(pred_bboxes, pred_labels, pred_scores):
+            boxes = batch_boxes(boxes, 'pred_bboxes').astype(np.float64)
+            labels = batch_values(labels, boxes.shape[:2], 'pred_labels')
+            scores = batch_values(scores, boxes.shape[:2], 'pred_scores')
+            first = self._current
+            if first + len(boxes) > len(self._image_ids):
+                raise ValueError('update() got more images (%d) than the dataset has (%d)'
+                                 % (first + len(boxes), len(self._image_ids)))
+            boxes = self._to_original(boxes, first)
+            self._current += len(boxes)
+            self._rows.append(self._result_rows(first, boxes, labels, scores))
+
+    def _to_original(self, boxes, first):
+        """Boxes of images ``first...`` in their original pixels."""
+        if self._data_shape is None:
+            return boxes
+        height, width = self._data_shape
+        out = boxes.copy()
+        for i in range(len(boxes)):
+            orig_w, orig_h = self._image_size(first + i)
+            if self._post_affine is not None:
+                matrix = np.asarray(self._post_affine(orig_w, orig_h, width, height))
+                corners = boxes[i].reshape(-1, 2) @ matrix[:, :2].T + matrix[:, 2]
+                out[i] = corners.reshape(-1, 4)
+            else:
+                out[i] *= [orig_w / width, orig_h / height, orig_w / width, orig_h / height]
+        return out
+
+    def _image_size(self, idx):
+        if hasattr(self.dataset, 'image_size'):
+            return self.dataset.image_size(idx)
+        entry = self._gt.image_entry(self._image_ids[idx])
+        if 'width' not in entry or 'height' not in entry:
+            raise ValueError('%s: image %r has no width/height, needed to rescale boxes from '
+                             'data_shape' % (self._gt.source, self._image_ids[idx]))
+        return entry['width'], entry['height']
+
+    def _result_rows(self, first, boxes, labels, scores):
+        """N x 7 ``[image index, x, y, w, h, score, json category]`` of kept detections."""
+        labels = labels.astype(np.int64)
+        known = (labels >= 0) & (labels < len(self._json_ids))
+        category = np.where(known, self._json_ids[np.where(known, labels, 0)], -1)
+        keep = (category >= 0) & (scores >= self._score_thresh)
+        image, index = np.nonzero(keep)
+        box = boxes[keep]
+        return np.column_stack([image + first, box[:, 0] + 1, box[:, 1] + 1,
+                                box[:, 2] - box[:, 0], box[:, 3] - box[:, 1],
+                                scores[keep], category[image, index]])
+
+    def get(self):
+        """Evaluate everything seen since ``reset``.
+
+        Returns
+        -------
+        names : list of str
+            GluonCV's: a summary title, the class names, the mean AP title.
+        values : list of str
+            The pycocotools summary text, each class's AP@[.5:.95] and the
+            mean, in percent with one decimal. The 12 numbers are in
+            ``self.stats`` (a dict) afterwards.
+        """
+        if self._current != len(self._image_ids):
+            warnings.warn('Recorded %d out of %d validation images, incomplete results'
+                          % (self._current, len(self._image_ids)))
+        detections = self._detections()
+        if self._filename is not None:
+            _write_results(self._filename, detections)
+        precision, recall, category_ids = evaluate_boxes(self._gt, detections)
+        if self._filename is not None and self._cleanup:
+            os.remove(self._filename)
+        self.stats = summarize(precision, recall)
+        names, values = ['~~~~ Summary metrics ~~~~\n'], [format_summary(self.stats)]
+        for class_id, name in enumerate(self.dataset.classes):
+            names.append(name)
+            values.append('{:.1f}'.format(100 * _class_ap(precision, category_ids,
+                                                          self._json_id(class_id))))
+        names.append('~~~~ MeanAP @ IoU=[{:.2f},{:.2f}] ~~~~\n'.format(
+            IOU_THRESHOLDS[0], IOU_THRESHOLDS[-1]))
+        values.append('{:.1f}'.format(100 * self.stats['AP']))
+        return names, values
+
+    def _json_id(self, class_id):
+        return self._json_ids[class_id] if class_id < len(self._json_ids) else -1
+
+    def _detections(self):
+        """The collected rows as columns for the evaluator."""
+        rows = np.concatenate(self._rows) if self._rows else np.zeros((0, 7))
+        image_ids = np.asarray(self._image_ids)
+        return {'image_id': image_ids[rows[:, 0].astype(np.int64)],
+                'category_id': rows[:, 6].astype(np.int64),
+                'bbox': rows[:, 1:5], 'score': rows[:, 5]}
+
+
+def _json_category_table(mapping):
+    """Array: class id -> json category id (-1 where the class has none)."""
+    if isinstance(mapping, dict):
+        table = np.full(max(mapping, default=-1) + 1, -1, dtype=np.int64)
+        for class_id, json_id in mapping.items():
+            table[class_id] = json_id
+        return table
+    return np.asarray(mapping, dtype=np.int64).reshape(-1)
+
+
+def _check_data_shape(data_shape):
+    if not data_shape:
+        return None
+    if not isinstance(data_shape, (tuple, list)) or len(data_shape) != 2:
+        raise ValueError('data_shape must be None or (height, width), got %r' % (data_shape,))
+    return tuple(data_shape)
+
+
+def _class_ap(precision, category_ids, json_id):
+    """AP@[.5:.95] of one category (area all, 100 detections); NaN if it has none."""
+    where = np.flatnonzero(category_ids == json_id)
+    if not len(where):
+        return float('nan')
+    values = precision[:, :, where[0], 0, -1]
+    values = values[values > -1]
+    return float(np.mean(values)) if values.size else float('nan')
+
+
+def _write_results(path, detections):
+    """Write COCO results json atomically."""
+    results = [{'image_id': image_id, 'category_id': int(category_id),
+                'bbox': [float(v) for v in bbox], 'score': float(score)}
+               for image_id, category_id, bbox, score in zip(
+                   detections['image_id'].tolist(), detections['category_id'],
+                   detections['bbox'], detections['score'])]
+    tmp = '%s.tmp%d' % (path, os.getpid())
+    with open(tmp, 'w') as f:
+        json.dump(results, f)
+    os.replace(tmp, path)
