@@ -82,6 +82,7 @@ class SSDMultiBoxLoss(gluon.Block):
     def _box_loss(self, pred, target, pos):
         """Smooth L1 over positive anchors, ``B x A x 4``."""
         diff = nd.abs(pred.reshape_like(target) - target)
-        loss = nd.where(diff > self._rho, diff - 0.5 * self._rho, (0.5 / self._rho) * nd.square(diff))
+        loss = nd.where(diff > self._rho, diff - 0.5 * self._rho,
+                        (0.5 / self._rho) * nd.square(diff))
         pos = nd.broadcast_like(pos.expand_dims(-1), loss)
         return nd.where(pos, loss, nd.zeros_like(loss))

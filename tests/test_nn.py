@@ -191,3 +191,40 @@ def test_multiclass_nms_disabled_returns_every_candidate():
     np.testing.assert_array_equal(ids.asnumpy()[0, :, 0], [0, 0, -1, 1, 1, 1])
     np.testing.assert_array_equal(scores.asnumpy()[0, :, 0],
                                   np.float32([0.7, 0.6, 0, 0.2, 0.15, 0.99]))
+
+
+def _every_candidate_nms(probs, boxes, nms_topk=400, post_nms=100):
+    """GluonCV's way: box_nms over all C x A candidates, then the best post_nms."""
+    scores = mx.nd.transpose(probs[:, :, 1:], (0, 2, 1))
+    scores = mx.nd.where(scores > 0.01, scores, mx.nd.zeros_like(scores))
+    rows = MultiClassNMS._all_candidates(mx.nd, scores, boxes)  # pylint: disable=protected-access
+    rows = mx.nd.contrib.box_nms(rows, overlap_thresh=0.45, topk=nms_topk, valid_thresh=0.01,
+                                 id_index=0, score_index=1, coord_start=2)
+    return rows[:, :min(post_nms, rows.shape[1])]
+
+
+@pytest.mark.parametrize('quantized', [False, True])
+def test_multiclass_nms_preselection_equals_nms_over_every_candidate(quantized):
+    rng = np.random.RandomState(0)
+    for batch, anchors, classes, nms_topk in ((2, 600, 21, 400), (2, 900, 5, 50), (3, 40, 4, 400)):
+        if quantized:   # many exactly tied scores
+            probs = mx.nd.array(rng.randint(0, 8, (batch, anchors, classes)) / 8.0)
+        else:
+            probs = mx.nd.softmax(mx.nd.array(rng.normal(0, 4, (batch, anchors, classes))))
+        xy = rng.uniform(0, 100, (batch, anchors, 2))
+        boxes = mx.nd.array(np.concatenate([xy, xy + rng.uniform(5, 40, xy.shape)], -1))
+        nms = MultiClassNMS(nms_topk=nms_topk)
+        for hybrid in (False, True):
+            if hybrid:
+                nms.hybridize()
+            got = mx.nd.concat(*nms(probs, boxes), dim=-1).asnumpy()
+            expected = _every_candidate_nms(probs, boxes, nms_topk).asnumpy()
+            np.testing.assert_array_equal(got[:, :expected.shape[1]], expected)
+            assert (got[:, expected.shape[1]:] == -1).all()
+
+
+def test_multiclass_nms_pads_when_there_are_fewer_candidates_than_post_nms():
+    ids, scores, boxes = MultiClassNMS(post_nms=500)(*_nms_inputs())
+    assert ids.shape == (1, 500, 1)
+    np.testing.assert_array_equal(ids.asnumpy()[0, :4, 0], [1, 0, 1, -1])
+    assert (scores.asnumpy()[0, 3:] == -1).all() and (boxes.asnumpy()[0, 3:] == -1).all()

@@ -1,6 +1,5 @@
 """The SSD network (train/inference outputs, reset_class, set_nms, export) and SSDMultiBoxLoss."""
 import math
-import os
 
 import mxnet as mx
 import numpy as np
@@ -275,11 +274,3 @@ def test_multibox_loss_equals_gluoncv_values_and_gradients():
     for a, b in zip(ours + our_grads, theirs + their_grads):
         np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
 
-
-def test_no_stray_files(tmp_path):
-    """Export writes only the symbol and the params (atomicity is the deploy layer's)."""
-    net = _small_net()
-    net.hybridize()
-    net(_image())
-    net.export(str(tmp_path / 'm'))
-    assert sorted(os.listdir(tmp_path)) == ['m-0000.params', 'm-symbol.json']

@@ -80,8 +80,8 @@ def load_arrays(block, arrays, source, ctx=None, allow_missing=False, ignore_ext
              ('wrong shape', wrong)])))
     for name, value in arrays.items():
         if name in params:
-            params[name]._load_init(value, ctx, cast_dtype=cast_dtype,  # pylint: disable=protected-access
-                                    dtype_source=dtype_source)
+            params[name]._load_init(  # pylint: disable=protected-access
+                value, ctx, cast_dtype=cast_dtype, dtype_source=dtype_source)
 
 
 def is_gluoncv_ssd(arrays):

@@ -150,7 +150,8 @@ class SSD(gluon.HybridBlock):
                                                (alloc, alloc))
                 alloc = max(alloc // 2, 16)
                 self.anchor_generators.add(generator)
-                self.class_predictors.add(_predictor(generator.num_anchors * (self.num_classes + 1)))
+                self.class_predictors.add(
+                    _predictor(generator.num_anchors * (self.num_classes + 1)))
                 self.box_predictors.add(_predictor(generator.num_anchors * 4))
             self.box_decoder = BoxCenterDecoder(stds)
             self.postprocess = MultiClassNMS(0.01, nms_thresh, nms_topk, post_nms)
@@ -282,7 +283,8 @@ def _reuse_mapping(reuse_weights, old_classes, new_classes):
 def _class_index(key, classes, which):
     if isinstance(key, str):
         if key not in classes:
-            raise ValueError('reset_class: %r is not among the %s classes %s' % (key, which, classes))
+            raise ValueError('reset_class: %r is not among the %s classes %s'
+                             % (key, which, classes))
         return classes.index(key)
     if not 0 <= key < len(classes):
         raise ValueError('reset_class: index %r is out of range for the %d %s classes'

@@ -11,7 +11,11 @@ class MultiClassNMS(gluon.HybridBlock):
     yield a cat and a dog); candidates scoring at most ``score_thresh`` are
     dropped, the ``nms_topk`` best go through non-maximum suppression within
     each class, and the ``post_nms`` best are returned, sorted by score and
-    padded with -1.
+    padded with -1. This is GluonCV's SSD post-processing; when ``nms_topk``
+    and ``post_nms`` are positive the best candidates are picked before the
+    candidate table is built, which gives the same detections (candidates
+    keep their order, so tied scores resolve alike) without sorting all
+    ``C x A`` of them.
 
     Parameters
     ----------
@@ -27,7 +31,8 @@ class MultiClassNMS(gluon.HybridBlock):
 
     Inputs: ``probs`` ``B x A x (C + 1)`` (softmax, background first) and
     ``boxes`` ``B x A x 4``. Outputs: ``ids`` and ``scores`` ``B x K x 1``,
-    ``boxes`` ``B x K x 4``, with ``K = post_nms`` (``C * A`` without NMS).
+    ``boxes`` ``B x K x 4``, with ``K = post_nms`` (without a cap or without NMS:
+    ``C * A``).
     """
 
     def __init__(self, score_thresh=0.01, nms_thresh=0.45, nms_topk=400, post_nms=100,
@@ -39,15 +44,15 @@ class MultiClassNMS(gluon.HybridBlock):
         self.post_nms = post_nms
 
     def hybrid_forward(self, F, probs, boxes):
-        scores = F.transpose(F.slice_axis(probs, axis=-1, begin=1, end=None), (0, 2, 1))  # B x C x A
-        ids = F.broadcast_add(F.zeros_like(scores),
-                              F.contrib.arange_like(scores, axis=1).reshape((1, -1, 1)))
-        boxes = F.broadcast_like(boxes.expand_dims(1), scores, lhs_axes=(1,), rhs_axes=(1,))
-        keep = scores > self.score_thresh
-        ids = F.where(keep, ids, F.ones_like(ids) * -1).reshape((0, -1, 1))
-        scores = F.where(keep, scores, F.zeros_like(scores)).reshape((0, -1, 1))
-        result = F.concat(ids, scores, boxes.reshape((0, -1, 4)), dim=-1)  # B x (C * A) x 6
-        if 0 < self.nms_thresh < 1:
+        foreground = F.slice_axis(probs, axis=-1, begin=1, end=None)
+        scores = F.transpose(foreground, (0, 2, 1))  # B x C x A, candidates class-major
+        scores = F.where(scores > self.score_thresh, scores, F.zeros_like(scores))
+        use_nms = 0 < self.nms_thresh < 1
+        if use_nms and self.nms_topk > 0 and self.post_nms > 0:
+            result = self._best_candidates(F, scores.reshape((0, -1)), boxes)
+        else:
+            result = self._all_candidates(F, scores, boxes)
+        if use_nms:
             result = F.contrib.box_nms(
                 result, overlap_thresh=self.nms_thresh, topk=self.nms_topk,
                 valid_thresh=self.score_thresh, id_index=0, score_index=1, coord_start=2,
@@ -57,3 +62,34 @@ class MultiClassNMS(gluon.HybridBlock):
         return (F.slice_axis(result, axis=-1, begin=0, end=1),
                 F.slice_axis(result, axis=-1, begin=1, end=2),
                 F.slice_axis(result, axis=-1, begin=2, end=6))
+
+    @staticmethod
+    def _all_candidates(F, scores, boxes):
+        """``B x (C * A) x 6`` rows ``(class id or -1, score, box)``, class-major."""
+        ids = F.broadcast_add(F.zeros_like(scores),
+                              F.contrib.arange_like(scores, axis=1).reshape((1, -1, 1)))
+        ids = F.where(scores > 0, ids, F.ones_like(ids) * -1)
+        boxes = F.broadcast_like(boxes.expand_dims(1), scores, lhs_axes=(1,), rhs_axes=(1,))
+        return F.concat(ids.reshape((0, -1, 1)), scores.reshape((0, -1, 1)),
+                        boxes.reshape((0, -1, 4)), dim=-1)
+
+    def _best_candidates(self, F, scores, boxes):
+        """The rows of :meth:`_all_candidates` with the ``max(nms_topk, post_nms)`` best
+        scores, in their original order; -1 rows when there are fewer candidates."""
+        count = max(self.nms_topk, self.post_nms)
+        filler = F.broadcast_to(F.slice_axis(scores, axis=1, begin=0, end=1) * 0 - 1,
+                                shape=(0, count))
+        padded = F.concat(scores, filler, dim=1)                        # B x (C * A + count)
+        index = F.topk(padded, axis=1, k=count, ret_typ='indices', dtype='int32')
+        index = F.sort(index, axis=1)
+        batch = F.broadcast_like(F.contrib.arange_like(index, axis=0).reshape((-1, 1)), index)
+        best = F.gather_nd(padded, F.stack(batch, index))               # B x count
+        num_anchors = F.cast(F.sum(F.ones_like(F.slice_axis(boxes, axis=-1, begin=0, end=1)),
+                                   axis=1), 'int32')                      # B x 1
+        class_id = F.broadcast_div(index, num_anchors)
+        anchor = index - F.broadcast_mul(class_id, num_anchors)
+        picked = F.gather_nd(boxes, F.stack(batch, anchor))             # B x count x 4
+        keep = best > 0
+        ids = F.where(keep, F.cast(class_id, 'float32'), F.ones_like(best) * -1)
+        best = F.where(keep, best, F.zeros_like(best))
+        return F.concat(ids.expand_dims(-1), best.expand_dims(-1), picked, dim=-1)
