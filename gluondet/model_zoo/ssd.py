@@ -163,14 +163,17 @@ class SSD(gluon.HybridBlock):
 
     @property
     def nms_thresh(self):
+        """IoU threshold of the inference NMS (see :meth:`set_nms`)."""
         return self.postprocess.nms_thresh
 
     @property
     def nms_topk(self):
+        """Candidates entering the inference NMS (see :meth:`set_nms`)."""
         return self.postprocess.nms_topk
 
     @property
     def post_nms(self):
+        """Detections returned by inference (see :meth:`set_nms`)."""
         return self.postprocess.post_nms
 
     def set_nms(self, nms_thresh=0.45, nms_topk=400, post_nms=100):
