@@ -4,9 +4,11 @@ gluondet's VOCDetection (on the VOC xml) and COCODetection (on the COCO json)
 against GluonCV 0.10.5's VOCDetection on the same folder, measured in the same
 run (if GluonCV is not installed, the baseline is plain ``mx.image.imread`` of
 the same files). Each loader reads the 292 images of BCCD trainval (640x480
-JPEG) with ``gluon.data.DataLoader`` at 0 and 2 workers; batches are plain
-lists, so only reading and labels are timed. One warm-up epoch, then the
-median of ``--epochs`` timed epochs. Construction times are printed too.
+JPEG) with ``gluon.data.DataLoader`` at 0 and 2 workers, the workers being
+processes (the default) or threads (``thread_pool=True``: no pickling of the
+decoded images); batches are plain lists, so only reading and labels are
+timed. One warm-up epoch, then the median of ``--epochs`` timed epochs.
+Construction times are printed too.
 
     .venv/bin/python benchmarks/bench_dataset.py [--epochs 5] [--batch-size 8]
 """
@@ -65,9 +67,9 @@ def builders():
     return [baseline] + ours
 
 
-def images_per_second(dataset, num_workers, batch_size, epochs):
+def images_per_second(dataset, num_workers, thread_pool, batch_size, epochs):
     loader = gluon.data.DataLoader(dataset, batch_size=batch_size, num_workers=num_workers,
-                                   batchify_fn=collate)
+                                   thread_pool=thread_pool, batchify_fn=collate)
     for _ in loader:  # warm-up: page cache, worker start
         pass
     rates = []
@@ -100,11 +102,15 @@ def main():
         print('%-24s %8.3f %10s %9.2fx' % (name, seconds, '', datasets[0][2] / seconds))
     print('%-24s %8s %10s %10s' % ('iteration', 'workers', 'images/s', 'ratio'))
     for workers in args.workers:
-        baseline = None
-        for name, dataset, _ in datasets:
-            rate = images_per_second(dataset, workers, args.batch_size, args.epochs)
-            baseline = baseline or rate
-            print('%-24s %8d %10.1f %9.2fx' % (name, workers, rate, rate / baseline))
+        for thread_pool in (False, True) if workers else (False,):
+            baseline = None
+            for name, dataset, _ in datasets:
+                rate = images_per_second(dataset, workers, thread_pool, args.batch_size,
+                                         args.epochs)
+                baseline = baseline or rate
+                print('%-24s %8s %10.1f %9.2fx' % (name, '%d%s' % (workers, 't' * thread_pool),
+                                                   rate, rate / baseline))
+    print("workers: processes; 't': threads (DataLoader(thread_pool=True))")
 
 
 if __name__ == '__main__':
