@@ -98,6 +98,7 @@ class SSDAnchorGenerator(gluon.HybridBlock):
         if clip and im_size is None:
             raise ValueError('SSDAnchorGenerator: clip=True needs im_size')
         self._num_anchors = len(ssd_anchor_shapes(sizes, ratios))
+        self.step = step
         self._clip = clip
         self._im_size = im_size
         anchors = ssd_anchors(sizes, ratios, step, alloc_size[0], alloc_size[1], offsets)
