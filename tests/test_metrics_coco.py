@@ -138,7 +138,7 @@ def _jittered_problem(gt, seed):
             cat = ann['category_id'] if rng.random() < 0.85 else int(rng.choice(cats))
             dets.append(_det([x + jx, y + jy, max(w + jw, 1), max(h + jh, 1)],
                              float(rng.uniform(0.3, 1)), ann['image_id'], cat))
-    for image in gt['images'][::3] + [gt['images'][-2]]:
+    for image in gt['images'][::5] + [gt['images'][-2]]:
         for _ in range(150 if image['id'] % 2 else 20):  # some images over 100 detections
             x, y, w, h = rng.uniform(0, 500), rng.uniform(0, 400), *rng.uniform(2, 150, 2)
             dets.append(_det([x, y, w, h], float(np.round(rng.uniform(0, 0.6), 1)),  # ties
@@ -151,19 +151,18 @@ def test_same_numbers_as_pycocotools(request, dataset, split):
     root = request.getfixturevalue(dataset + '_root')
     with open(os.path.join(root, 'coco', 'instances_%s.json' % split)) as f:
         real = json.load(f)
-    for seed in range(2):
-        gt, dets = _jittered_problem(real, seed)
-        if seed == 1:  # a category without detections
-            dets = [d for d in dets if d['category_id'] != gt['categories'][0]['id']]
-        stats = coco_evaluate(gt, dets)
-        assert 0.05 < stats['AP'] < 0.95
-        _assert_stats(stats, _pycocotools(gt, dets))
+    gt, dets = _jittered_problem(real, 0)
+    if dataset == 'cards':  # a category without detections
+        dets = [d for d in dets if d['category_id'] != gt['categories'][0]['id']]
+    stats = coco_evaluate(gt, dets)
+    assert 0.1 < stats['AP'] < 0.9
+    _assert_stats(stats, _pycocotools(gt, dets))
 
 
 def test_same_numbers_as_pycocotools_synthetic():
     """80 categories, every area range, a crowd-heavy category and a gt-less category."""
     rng = np.random.default_rng(3)
-    images = [{'id': i, 'width': 640, 'height': 480} for i in range(1, 41)]
+    images = [{'id': i, 'width': 640, 'height': 480} for i in range(1, 26)]
     anns = []
     for image in images:
         for _ in range(rng.poisson(6)):

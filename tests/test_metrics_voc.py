@@ -92,6 +92,9 @@ def test_input_forms_agree():
         plain.update(*batch[:5])
         with_zeros.update(*batch[:5], np.zeros_like(batch[5]))
     _assert_same(plain.get(), with_zeros.get())
+    none_per_device = VOCMApMetric(class_names=NAMES)  # GluonCV's validate() without flags
+    none_per_device.update(*[list(column) for column in zip(*batches)][:5], [None] * 4)
+    _assert_same(none_per_device.get(), plain.get())
 
 
 def _assert_same(result, expected):
