@@ -108,6 +108,15 @@ def test_bad_input_is_named(tmp_path):
         coco_evaluate(str(path), [])
 
 
+def test_pair_chunks_do_not_change_results(monkeypatch, cards_root):
+    from gluondet.metrics import _pairs
+    with open(os.path.join(cards_root, 'coco', 'instances_test.json')) as f:
+        gt, dets = _jittered_problem(json.load(f), 2)
+    expected = coco_evaluate(gt, dets)
+    monkeypatch.setattr(_pairs, 'PAIR_CHUNK', 5)
+    assert coco_evaluate(gt, dets) == expected
+
+
 def test_unknown_category_is_dropped_with_a_warning():
     dets = [_det([10, 10, 20, 20], 0.9), _det([50, 50, 40, 40], 0.5)]
     with pytest.warns(UserWarning, match='1 detections have category ids absent'):

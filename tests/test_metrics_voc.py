@@ -102,6 +102,19 @@ def _assert_same(result, expected):
     np.testing.assert_array_equal(result[1], expected[1])  # NaN == NaN here
 
 
+def test_pair_chunks_do_not_change_results(monkeypatch):
+    from gluondet.metrics import _pairs
+    batches = [_random_batch(np.random.default_rng(i), 8, 50, 10, 5) for i in range(3)]
+    results = []
+    for chunk in (_pairs.PAIR_CHUNK, 7):
+        monkeypatch.setattr(_pairs, 'PAIR_CHUNK', chunk)
+        metric = VOC07MApMetric(class_names=NAMES)
+        for batch in batches:
+            metric.update(*batch)
+        results.append(metric.get())
+    _assert_same(results[1], results[0])
+
+
 def test_bad_shapes_are_named():
     boxes, labels, scores, gt_boxes, gt_labels, difficult = _one_image()
     metric = VOCMApMetric()

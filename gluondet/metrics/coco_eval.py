@@ -30,6 +30,8 @@ import warnings
 
 import numpy as np
 
+from ._pairs import chunks, pairs
+
 __all__ = ['coco_evaluate', 'evaluate_boxes', 'summarize', 'format_summary', 'load_ground_truth',
            'detection_columns', 'STAT_NAMES']
 
@@ -285,12 +287,9 @@ def _greedy_match(gt, key, boxes, rank, gt_ignored):
     count = np.searchsorted(gt_key[gt_order], key, side='right') - start
     dets = np.flatnonzero(count)
     dets = dets[np.argsort(rank[dets], kind='stable')]
-    rows, cols = _pairs(start[dets], count[dets])
-    det, cols = dets[rows], gt_order[cols]
-    iou = _box_iou(boxes[det], gt.boxes[cols], gt.crowd[cols])
     thresholds = np.minimum(IOU_THRESHOLDS, 1 - 1e-10)
-    close = iou >= thresholds.min()  # the others never match
-    det, cols, iou = det[close], cols[close], iou[close]
+    det, cols, iou = _close_pairs(dets, start[dets], count[dets], gt_order, boxes, gt,
+                                  thresholds.min())
     state = {'taken': np.zeros(shape + (len(gt_key),), dtype=bool),
              'true_match': np.zeros(shape + (len(key),), dtype=bool),
              'on_ignored': np.zeros(shape + (len(key),), dtype=bool)}
@@ -300,6 +299,21 @@ def _greedy_match(gt, key, boxes, rank, gt_ignored):
             _match_step(det[lo:hi], cols[lo:hi], iou[lo:hi], thresholds[:, None], gt,
                         gt_ignored, **state)
     return state['true_match'], state['on_ignored']
+
+
+def _close_pairs(dets, start, count, gt_order, boxes, gt, min_iou):
+    """Detection, ground truth and IoU of the pairs with IoU >= ``min_iou`` (the others
+    never match), in the order of ``dets`` then of the ground truths in the file."""
+    parts = []
+    for lo, hi in chunks(count):
+        rows, cols, _ = pairs(start[lo:hi], count[lo:hi])
+        det, cols = dets[lo:hi][rows], gt_order[cols]
+        iou = _box_iou(boxes[det], gt.boxes[cols], gt.crowd[cols])
+        close = iou >= min_iou
+        parts.append((det[close], cols[close], iou[close]))
+    if not parts:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0)
+    return tuple(np.concatenate(column) for column in zip(*parts))
 
 
 def _match_step(det, cols, iou, thresholds, gt, gt_ignored, taken, true_match, on_ignored):
@@ -324,13 +338,6 @@ def _match_step(det, cols, iou, thresholds, gt, gt_ignored, taken, true_match, o
     taken[area, thr, chosen] = True
     true_match[area, thr, det[pair]] = ~gt.zero_id[chosen]
     on_ignored[area, thr, det[pair]] = gt_ignored[area, chosen]
-
-
-def _pairs(start, count):
-    """Row (detection) and column (ground truth) of all pairs, detection by detection."""
-    seg = np.cumsum(count) - count
-    rows = np.repeat(np.arange(len(count)), count)
-    return rows, np.repeat(start - seg, count) + np.arange(int(count.sum()))
 
 
 def _box_iou(det, gt, crowd):

@@ -21,10 +21,10 @@ import mxnet as mx
 import numpy as np
 
 from ._inputs import as_batches, batch_boxes, batch_values
+from ._pairs import chunks, pairs
 
 __all__ = ['VOCMApMetric', 'VOC07MApMetric']
 
-_PAIR_CHUNK = 1 << 22  # detection-ground truth pairs compared at once, to bound memory
 _FLUSH_ROWS = 1 << 12  # detections waiting before they are matched
 _VOC07_RECALLS = np.arange(0., 1.1, 0.1)  # the 11 recall points, exactly as GluonCV builds them
 
@@ -249,7 +249,7 @@ def _match(key, boxes, gt_key, gt_boxes, difficult, iou_thresh):
     start = np.searchsorted(gt_key, key, side='left')
     count = np.searchsorted(gt_key, key, side='right') - start
     best = np.full(len(key), -1)
-    for lo, hi in _chunks(count, _PAIR_CHUNK):
+    for lo, hi in chunks(count):
         best[lo:hi] = _best_gt(boxes[lo:hi], gt_boxes, start[lo:hi], count[lo:hi], iou_thresh)
     match = np.zeros(len(key), dtype=np.int8)
     hit = np.flatnonzero(best >= 0)
@@ -260,17 +260,6 @@ def _match(key, boxes, gt_key, gt_boxes, difficult, iou_thresh):
     return match
 
 
-def _chunks(count, limit):
-    """Split ``range(len(count))`` into runs whose counts sum to about ``limit``."""
-    ends = np.cumsum(count)
-    lo = 0
-    while lo < len(count):
-        base = ends[lo - 1] if lo else 0
-        hi = max(int(np.searchsorted(ends, base + limit, side='right')), lo + 1)
-        yield lo, hi
-        lo = hi
-
-
 def _best_gt(boxes, gt_boxes, start, count, iou_thresh):
     """Index of each detection's ground truth of highest IoU, -1 if below the threshold.
 
@@ -278,12 +267,9 @@ def _best_gt(boxes, gt_boxes, start, count, iou_thresh):
     the first of equal IoUs wins, and a NaN IoU wins as numpy's argmax has it.
     """
     best = np.full(len(count), -1)
-    total = int(count.sum())
-    if total == 0:
+    if not count.any():
         return best
-    rows = np.repeat(np.arange(len(count)), count)
-    seg = np.cumsum(count) - count
-    cols = np.repeat(start - seg, count) + np.arange(total)
+    rows, cols, seg = pairs(start, count)
     iou = _pair_iou(boxes[rows], gt_boxes[cols])
     has = count > 0
     peak = np.maximum.reduceat(iou, seg[has])
