@@ -210,7 +210,8 @@ def _match_images(dets, gts, iou_thresh):
     img, label, score, boxes = dets
     gt_img, gt_label, difficult, gt_boxes = gts
     num_classes = int(max(label.max(initial=0), gt_label.max(initial=0))) + 1
-    order = _group_order(label * (img.max(initial=0) + 1) + img, score)
+    local = img - img.min(initial=0)
+    order = _group_order(label * (local.max(initial=0) + 1) + local, score)
     img, label, score, boxes = img[order], label[order], score[order], boxes[order]
     match = _match(img * num_classes + label, boxes,
                    gt_img * num_classes + gt_label, gt_boxes, difficult, iou_thresh)
@@ -224,7 +225,8 @@ def _group_order(group, score):
     longer group holding equal scores is sorted by numpy's quicksort itself.
     """
     order = np.argsort(score, kind='stable')[::-1]
-    order = order[np.argsort(group[order], kind='stable')]
+    small = group.astype(np.min_scalar_type(group.max(initial=0)))  # 16 bits: radix sort
+    order = order[np.argsort(small[order], kind='stable')]
     sorted_group, sorted_score = group[order], score[order]
     starts = np.flatnonzero(np.r_[True, sorted_group[1:] != sorted_group[:-1]])
     ends = np.r_[starts[1:], len(order)]
