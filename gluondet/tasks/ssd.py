@@ -36,8 +36,6 @@ class SSDTrainTransform:
         self.size = (width, height)
         self.mean, self.std = mean, std
         self.zoom = zoom
-        self.steps_mode = steps
-        self.steps = None
 
     def __call__(self, image, label):
         img = T.random_color_distort(image)
