@@ -99,6 +99,9 @@ def build_datasets(args):
                 COCODetection(root, splits='instances_val2017', skip_empty=False))
     if name == 'kitti':
         mapping = {c: c for c in classes} if classes else None
+        if not os.path.isdir(os.path.join(root, 'val')):
+            raise SystemExit('KITTI has no validation split: put one in %s/val/{image_2,'
+                             'label_2} beside %s/training' % (root, root))
         return (KITTIDetection(root, split='training', class_mapping=mapping),
                 KITTIDetection(root, split='val', class_mapping=mapping, on_error='raise'))
     raise SystemExit('unknown --dataset %r: use voc, coco, kitti or demo, or --train-json/'
