@@ -13,17 +13,13 @@ from mxnet import gluon
 from gluondet.data import DatasetError, DetectionDataset, VOCDetection
 from gluondet.data.base import probe_image, read_image, safe_join
 
+from filetools import write
+
 
 def encode(ext, image):
     ok, data = cv2.imencode(ext, image)
     assert ok
     return data.tobytes()
-
-
-def write(path, data):
-    with open(path, 'wb') as f:
-        f.write(data)
-    return str(path)
 
 
 def gradient(height=48, width=64):

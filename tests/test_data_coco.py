@@ -9,21 +9,9 @@ import pytest
 from gluondet.data import COCODetection, DatasetError, VOCDetection
 from gluondet.data.coco import coco_to_xyxy, xyxy_to_coco
 
-BCCD_CLASSES = ('RBC', 'WBC', 'Platelets')
-CARD_CLASSES = ('nine', 'ten', 'jack', 'queen', 'king', 'ace')
+from filetools import BCCD_CLASSES, CARD_CLASSES, write, jpeg
+
 CATEGORIES = [{'id': 7, 'name': 'dog'}, {'id': 3, 'name': 'cat'}]
-
-
-def write(path, data):
-    os.makedirs(os.path.dirname(str(path)), exist_ok=True)
-    with open(str(path), 'wb') as f:
-        f.write(data if isinstance(data, bytes) else data.encode())
-    return str(path)
-
-
-def jpeg(width=64, height=48):
-    ok, data = cv2.imencode('.jpg', np.full((height, width, 3), 90, np.uint8))
-    return data.tobytes()
 
 
 def ann(image_id, bbox, category_id=7, **extra):

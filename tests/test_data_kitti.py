@@ -8,6 +8,8 @@ import pytest
 from gluondet.data import DatasetError, KITTIDetection
 from gluondet.data.kitti import KITTI_CLASSES
 
+from filetools import write
+
 WIDTH, HEIGHT = 124, 37
 REST = '1.65 1.67 3.64 -0.65 1.71 46.70 -1.59'  # h w l x y z rotation_y
 
@@ -15,12 +17,6 @@ REST = '1.65 1.67 3.64 -0.65 1.71 46.70 -1.59'  # h w l x y z rotation_y
 def line(kind, box, score=None):
     text = '%s 0.00 0 -1.58 %s %s' % (kind, ' '.join('%.2f' % v for v in box), REST)
     return text if score is None else text + ' %.2f' % score
-
-
-def write(path, data):
-    os.makedirs(os.path.dirname(str(path)), exist_ok=True)
-    with open(str(path), 'wb') as f:
-        f.write(data if isinstance(data, bytes) else data.encode())
 
 
 def png(width=WIDTH, height=HEIGHT, seed=0):

@@ -9,20 +9,7 @@ import pytest
 from gluondet.data import DatasetError, VOCDetection
 from gluondet.data.voc import VOC_CLASSES, infer_layout
 
-BCCD_CLASSES = ('RBC', 'WBC', 'Platelets')
-CARD_CLASSES = ('nine', 'ten', 'jack', 'queen', 'king', 'ace')
-
-
-def write(path, data):
-    os.makedirs(os.path.dirname(str(path)), exist_ok=True)
-    with open(str(path), 'wb') as f:
-        f.write(data if isinstance(data, bytes) else data.encode())
-    return str(path)
-
-
-def jpeg(width=64, height=48):
-    ok, data = cv2.imencode('.jpg', np.full((height, width, 3), 90, np.uint8))
-    return data.tobytes()
+from filetools import BCCD_CLASSES, CARD_CLASSES, write, jpeg
 
 
 def xml(filename, objects=(), size=(64, 48)):
