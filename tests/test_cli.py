@@ -1,0 +1,29 @@
+"""The command line: python -m gluondet and the gluondet console script."""
+import os
+import subprocess
+import sys
+
+import gluondet
+
+BIN = os.path.dirname(sys.executable)
+
+
+def run(*argv):
+    return subprocess.run(argv, capture_output=True, text=True, timeout=120)
+
+
+def test_module_version_and_help():
+    out = run(sys.executable, '-m', 'gluondet', '--version')
+    assert out.returncode == 0 and out.stdout.strip() == 'gluondet ' + gluondet.__version__
+    out = run(sys.executable, '-m', 'gluondet', '--help')
+    assert out.returncode == 0 and 'demo' in out.stdout
+
+
+def test_console_script_is_installed():
+    out = run(os.path.join(BIN, 'gluondet'), '--version')
+    assert out.returncode == 0 and gluondet.__version__ in out.stdout
+
+
+def test_unknown_command_is_a_usage_error():
+    out = run(sys.executable, '-m', 'gluondet', 'fly')
+    assert out.returncode == 2 and 'invalid choice' in out.stderr
