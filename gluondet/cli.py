@@ -4,33 +4,25 @@ Each command is a ``(name, add_arguments, run)`` entry in ``COMMANDS``; the heav
 imports happen inside ``run`` so ``gluondet --help`` stays fast.
 """
 import argparse
-import os
 import sys
 
 
 def _demo_arguments(parser):
     parser.add_argument('--output', default='demo_out', help='folder for the demo outputs')
-    parser.add_argument('--num-images', type=int, default=8, help='images drawn in the preview')
+    parser.add_argument('--epochs', type=int, help="training epochs (default: the recipe's)")
+    parser.add_argument('--seed', type=int, help="random seed (default: the recipe's)")
 
 
 def _demo(args):
-    from .data import DemoDetection
-    from .tools.visualize import draw_boxes, image_grid, save_image
-    os.makedirs(args.output, exist_ok=True)
-    dataset = DemoDetection(split='val')
-    drawn = []
-    for i in range(min(args.num_images, len(dataset))):
-        image, label = dataset[i]
-        drawn.append(draw_boxes(image, label[:, :4], label[:, 4], class_names=dataset.classes))
-    path = os.path.join(args.output, 'demo_val_samples.jpg')
-    save_image(path, image_grid(drawn))
-    print('demo: %d val images of %d classes (%s); preview written to %s'
-          % (len(dataset), len(dataset.classes), ', '.join(dataset.classes), path))
+    from . import demo
+    demo.run_demo(args.output, epochs=args.epochs or demo.EPOCHS,
+                  seed=demo.SEED if args.seed is None else args.seed)
     return 0
 
 
 COMMANDS = [
-    ('demo', 'run the main job on the embedded demo dataset', _demo_arguments, _demo),
+    ('demo', 'train the small SSD on the embedded demo data and print its mAP',
+     _demo_arguments, _demo),
 ]
 
 

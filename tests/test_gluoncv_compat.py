@@ -185,6 +185,7 @@ def _saved_gluoncv_classifier(name, tmp_path, x):
 @pytest.mark.parametrize('arch,backbone,cut', [
     ('ssd_300_mobilenet0.25', 'mobilenet0.25', -2),   # drop global pool + flatten
     ('ssd_512_mobilenet1.0', 'mobilenet1.0', -2),
+    ('ssd_160_mobilenet0.5', 'mobilenet0.5', -2),
     ('ssd_512_resnet50_v1', 'resnet50_v1', -1),       # drop global pool
 ])
 def test_imagenet_backbone_weights(arch, backbone, cut, tmp_path):
@@ -195,8 +196,9 @@ def test_imagenet_backbone_weights(arch, backbone, cut, tmp_path):
     expected = classifier.features[:cut](x).asnumpy()
     np.testing.assert_allclose(net.features.backbone(x)[-1].asnumpy(), expected,
                                rtol=1e-5, atol=1e-5)
-    with pytest.raises(RuntimeError):
-        net.features.extras[0].conv1.weight.data()   # extra layers keep their own init
+    for extra in net.features.extras:   # extra layers keep their own init
+        with pytest.raises(RuntimeError):
+            extra.conv1.weight.data()
 
 
 def test_vgg_backbone_file_loads_with_or_without_extras(tmp_path):

@@ -7,7 +7,7 @@ import pytest
 from mxnet import autograd, gluon
 
 from gluondet.losses import SSDMultiBoxLoss
-from gluondet.model_zoo import VOC_CLASSES, get_model
+from gluondet.model_zoo import VOC_CLASSES, get_model, get_model_info
 
 # name -> (input size used here, anchors at that size)
 SHAPES = {
@@ -57,6 +57,23 @@ def test_train_and_inference_shapes(name):
     ids = ids.asnumpy()
     assert ids.min() >= -1 and ids.max() < classes
     assert np.isfinite(boxes.asnumpy()).all()
+
+
+def test_demo_network_shapes_and_anchor_grid():
+    net = _build('ssd_160_mobilenet0.5_custom')
+    with autograd.train_mode():
+        cls_preds, box_preds, anchors = net(_image(160))
+    # stride 8, 16, 32 maps: 20 x 20, 10 x 10, 5 x 5 cells, 4 anchors each
+    assert cls_preds.shape == (1, 2100, 4) and box_preds.shape == (1, 2100, 4)
+    anchors = anchors.asnumpy()[0]
+    first, last = anchors[:1600], anchors[2000:]
+    assert first[:, :2].min() == 4 and first[:, :2].max() == 156
+    assert last[:, :2].min() == 16 and last[:, :2].max() == 144
+    np.testing.assert_allclose(first[:2, 2], [24, math.sqrt(24 * 44)], rtol=1e-6)
+    ids, scores, boxes = net(_image(160, batch=2))
+    assert ids.shape == scores.shape == (2, 100, 1) and boxes.shape == (2, 100, 4)
+    info = get_model_info('ssd_160_mobilenet0.5_custom')
+    assert (info.backbone, info.dataset, info.has_weights) == ('mobilenet0.5', 'custom', False)
 
 
 def test_anchor_layout_of_the_first_map():

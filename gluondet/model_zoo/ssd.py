@@ -319,8 +319,10 @@ _RATIOS_7 = [[1, 2, 0.5]] + [[1, 2, 0.5, 3, 1.0 / 3]] * 4 + [[1, 2, 0.5]] * 2
 _SIZES_300 = [21, 45, 99, 153, 207, 261, 315]
 _SIZES_512_A = [51.2, 102.4, 189.4, 276.4, 363.52, 450.6, 492]
 
-# GluonCV's SSD presets: anchor sizes per dataset ('custom' uses the COCO ones),
-# extra layers as (mid_channels, channels, kernel, stride, padding).
+# SSD presets: anchor sizes per dataset ('custom' uses the COCO ones unless it has its own),
+# extra layers as (mid_channels, channels, kernel, stride, padding). The first five are
+# GluonCV's (their numbers must stay GluonCV's); names are registered for every key of
+# `datasets` (default voc and coco) plus custom.
 SSD_ARCHS = {
     'ssd_300_vgg16_atrous': dict(
         backbone='vgg16_atrous', base_size=300, batch_norm=False,
@@ -351,6 +353,13 @@ SSD_ARCHS = {
         extras=[(f, f, 3, 2, 1) for f in (256, 256, 128, 128)],
         sizes={'voc': _SIZES_300, 'coco': _SIZES_300},
         ratios=_RATIOS_6, steps=[8, 16, 32, 64, 100, 300]),
+    # gluondet's small SSD for training from scratch on a CPU (the demo): MobileNet 0.5 at
+    # strides 8, 16 and 32, no extra layers, anchors about three strides wide, so that an
+    # object of 20-75 px overlaps several anchors with IoU >= 0.5. No published weights.
+    'ssd_160_mobilenet0.5': dict(
+        backbone='mobilenet0.5', backbone_kwargs={'out_blocks': (4, 10, 12)}, base_size=160,
+        batch_norm=True, extras=[], datasets=(), sizes={'custom': [24, 44, 76, 110]},
+        ratios=[1, 2, 0.5], steps=[8, 16, 32]),
 }
 
 
@@ -366,7 +375,7 @@ def build_ssd(arch, classes, dataset='custom', pretrained_base=True, ctx=mx.cpu(
     classes : sequence of str
         Foreground classes.
     dataset : str
-        Whose anchor sizes to use: 'voc', 'coco' or 'custom' (= 'coco').
+        Whose anchor sizes to use: 'voc', 'coco' or 'custom' (the preset's own, else 'coco').
     pretrained_base : bool
         Load the backbone's GluonCV ImageNet weights from ``root``.
     ctx, root
@@ -380,14 +389,14 @@ def build_ssd(arch, classes, dataset='custom', pretrained_base=True, ctx=mx.cpu(
     """
     spec = SSD_ARCHS[arch]
     norm = dict(norm_layer=norm_layer, norm_kwargs=norm_kwargs) if spec['batch_norm'] else {}
-    backbone = get_backbone(spec['backbone'], **norm)
+    backbone = get_backbone(spec['backbone'], **spec.get('backbone_kwargs', {}), **norm)
     extras = [ExtraLayer(*config, **norm) for config in spec['extras']]
     features = SSDFeatures(backbone, extras)
     if pretrained_base:
         path = registry.weights_file(spec['backbone'], root)
         gluoncv_compat.load_gluoncv_backbone(features, path, ctx)
     if sizes is None:
-        sizes = spec['sizes']['voc' if dataset == 'voc' else 'coco']
+        sizes = spec['sizes'][dataset if dataset in spec['sizes'] else 'coco']
     return SSD(features, classes, sizes, ratios or spec['ratios'], steps or spec['steps'],
                spec['base_size'], **kwargs)
 
@@ -438,7 +447,8 @@ def _custom_builder(arch):
 def _register_all():
     for arch, spec in SSD_ARCHS.items():
         shape = (spec['base_size'], spec['base_size'])
-        for dataset, classes in (('voc', VOC_CLASSES), ('coco', COCO_CLASSES)):
+        for dataset in spec.get('datasets', ('voc', 'coco')):
+            classes = {'voc': VOC_CLASSES, 'coco': COCO_CLASSES}[dataset]
             register_model('%s_%s' % (arch, dataset), classes, shape, spec['backbone'],
                            dataset)(_dataset_builder(arch, dataset, classes))
         register_model(arch + '_custom', None, shape, spec['backbone'], 'custom',

@@ -67,6 +67,7 @@ MODEL_SHA1 = {
     'resnet50_v1b': '0ecdba34691be172036ddf244ff1b2eade75ffde',
     'resnet101_v1d': '1b2b825feff86b0354642a4ab59f9b6e35e47338',
     'mobilenet1.0': 'efbb2ca3881998d5a8c5cb6c457a28c1e085fed5',
+    'mobilenet0.5': '0130d2aa2f7e3a63db35579b243e25f512172371',
     'mobilenet0.25': 'f0046a3da4e150b85da58ea31913dbb86e7540d1',
 }
 

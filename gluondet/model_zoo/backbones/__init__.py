@@ -1,5 +1,5 @@
 """Backbones as feature extractors, by their GluonCV ImageNet-weight names."""
-from .mobilenet import MobileNet, mobilenet0_25, mobilenet1_0
+from .mobilenet import MobileNet, mobilenet0_5, mobilenet0_25, mobilenet1_0
 from .resnet import ResNetV1, resnet50_v1
 from .vgg import VGGAtrous, vgg16_atrous
 
@@ -10,6 +10,7 @@ BACKBONES = {
     'vgg16_atrous': vgg16_atrous,
     'resnet50_v1': resnet50_v1,
     'mobilenet1.0': mobilenet1_0,
+    'mobilenet0.5': mobilenet0_5,
     'mobilenet0.25': mobilenet0_25,
 }
 

@@ -2,7 +2,8 @@
 from mxnet import gluon
 from mxnet.gluon import nn
 
-__all__ = ['ConvBNReLU', 'DepthwiseSeparable', 'MobileNet', 'mobilenet1_0', 'mobilenet0_25']
+__all__ = ['ConvBNReLU', 'DepthwiseSeparable', 'MobileNet', 'mobilenet1_0', 'mobilenet0_5',
+           'mobilenet0_25']
 
 # (depthwise channels, pointwise channels, stride) of the 13 separable blocks at width 1.0
 _BLOCKS = ((32, 64, 1), (64, 128, 2), (128, 128, 1), (128, 256, 2), (256, 256, 1),
@@ -90,6 +91,11 @@ class MobileNet(gluon.HybridBlock):
 def mobilenet1_0(**kwargs):
     """MobileNet v1 at width 1.0 (GluonCV weights ``mobilenet1.0``)."""
     return MobileNet(1.0, **kwargs)
+
+
+def mobilenet0_5(**kwargs):
+    """MobileNet v1 at width 0.5 (GluonCV weights ``mobilenet0.5``)."""
+    return MobileNet(0.5, **kwargs)
 
 
 def mobilenet0_25(**kwargs):
