@@ -1,0 +1,713 @@
+"""TensorRT engines from exported ONNX detectors: build, int8 calibration, run.
+
+The flow is ``export_onnx`` (:mod:`gluondet.deploy.onnx`) -> :func:`build_engine`
+-> :class:`TensorRTRunner`, which returns ``(ids, scores, boxes)`` as the
+network does. Written against TensorRT 8.5 to 10.x (the tensor-name API of
+8.5+; implicit int8 calibration is deprecated since 10.1 and, like the
+FP16/INT8 builder flags, gone in 11) and the CUDA runtime of ``cuda-python``.
+
+Everything that can be checked without a GPU is checked first: argument
+values, the ONNX input (read with ``onnx``), batch sizes against it and the
+calibration data. Only then are ``tensorrt`` and ``cuda`` imported, so a
+wrong call fails the same way on a machine without them.
+
+Calibration data comes from :class:`CalibrationBatches`, plain numpy: images
+are decoded as the datasets decode them and preprocessed exactly as during
+validation (:class:`gluondet.tasks.ssd.SSDValTransform`). A calibration cache
+that already exists is used as it is and no image is read.
+"""
+import collections
+import logging
+import numbers
+import os
+import time
+import warnings
+
+import numpy as np
+
+from ..data.base import DatasetError, empty_label, read_image
+from ..tasks.ssd import SSDValTransform
+
+__all__ = ['PRECISIONS', 'OUTPUT_NAMES', 'CalibrationBatches', 'TensorRTRunner', 'build_engine',
+           'make_calibrator', 'read_onnx_input', 'val_preprocess']
+
+logger = logging.getLogger('gluondet.deploy')
+
+PRECISIONS = ('fp32', 'fp16', 'int8')
+OUTPUT_NAMES = ('ids', 'scores', 'boxes')   # the detector outputs, as the ONNX export names them
+IMAGE_EXTENSIONS = ('.jpg', '.jpeg', '.png', '.bmp', '.tif', '.tiff', '.webp', '.ppm')
+MIN_TENSORRT = (8, 5)
+
+_INSTALL_HINT = ('TensorRT is needed for this: `pip install tensorrt cuda-python` on a machine '
+                 'with an NVIDIA GPU and its driver (TensorRT has no CPU mode)')
+
+OnnxInput = collections.namedtuple('OnnxInput', ['name', 'shape', 'nodes'])
+OnnxInput.__doc__ = ('The single input of an ONNX model: name, NCHW shape (-1 where dynamic), '
+                     'and ``(name, op_type)`` of every graph node in order.')
+
+
+# ---------------------------------------------------------------- lazy imports
+
+def _import_tensorrt():
+    """``import tensorrt``, or an ImportError that says how to get it."""
+    try:
+        import tensorrt as trt
+    except (ImportError, OSError) as err:   # OSError: bindings present, libnvinfer missing
+        raise ImportError('%s (import failed: %s)' % (_INSTALL_HINT, err)) from err
+    version = tuple(int(v) for v in trt.__version__.split('.')[:2])
+    if version < MIN_TENSORRT:
+        raise ImportError('gluondet needs TensorRT >= %d.%d, found %s'
+                          % (MIN_TENSORRT + (trt.__version__,)))
+    return trt
+
+
+def _import_cudart():
+    """cuda-python's CUDA runtime module (``cuda.bindings.runtime``, or the older ``cudart``)."""
+    try:
+        from cuda.bindings import runtime
+    except ImportError:
+        try:
+            from cuda import cudart as runtime
+        except ImportError as err:
+            raise ImportError('%s (cuda-python is missing: %s)' % (_INSTALL_HINT, err)) from err
+    return runtime
+
+
+def _cuda(rt, result):
+    """Check a cuda-python ``(error, *values)`` result; return the value, if any."""
+    err, *values = result
+    if err != rt.cudaError_t.cudaSuccess:
+        raise RuntimeError('CUDA call failed: %r' % (err,))
+    return values[0] if values else None
+
+
+class _DeviceBuffer:
+    """``nbytes`` of GPU memory with host copies in and out (on ``stream``, 0 = default)."""
+
+    def __init__(self, rt, nbytes):
+        self._rt = rt
+        self.nbytes = nbytes
+        self.ptr = _cuda(rt, rt.cudaMalloc(nbytes))
+
+    def upload(self, array, stream=0):
+        kind = self._rt.cudaMemcpyKind.cudaMemcpyHostToDevice
+        _cuda(self._rt, self._rt.cudaMemcpyAsync(self.ptr, array.ctypes.data, array.nbytes,
+                                                 kind, stream))
+
+    def download(self, array, stream=0):
+        kind = self._rt.cudaMemcpyKind.cudaMemcpyDeviceToHost
+        _cuda(self._rt, self._rt.cudaMemcpyAsync(array.ctypes.data, self.ptr, array.nbytes,
+                                                 kind, stream))
+
+    def free(self):
+        if self.ptr:
+            _cuda(self._rt, self._rt.cudaFree(self.ptr))
+            self.ptr = 0
+
+
+# ---------------------------------------------------------------- files
+
+def _atomic_write(path, data):
+    """Write bytes (or any buffer) to ``path`` through a temporary file and a rename."""
+    tmp = '%s.tmp%d' % (path, os.getpid())
+    try:
+        with open(tmp, 'wb') as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+def _data_shape(data_shape):
+    """``(width, height)`` from an int or a pair, checked positive."""
+    size = (data_shape, data_shape) if np.isscalar(data_shape) else tuple(data_shape)
+    if len(size) != 2 or not all(_is_positive_int(v) for v in size):
+        raise ValueError('data_shape must be a positive int or (width, height), got %r'
+                         % (data_shape,))
+    return int(size[0]), int(size[1])
+
+
+def _is_positive_int(value):
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool) and value >= 1
+
+
+def _positive_int(name, value):
+    if not _is_positive_int(value):
+        raise ValueError('%s must be a positive integer, got %r' % (name, value))
+    return int(value)
+
+
+# ---------------------------------------------------------------- calibration data
+
+def val_preprocess(data_shape):
+    """The validation preprocessing of SSD as a function of the decoded image.
+
+    Parameters
+    ----------
+    data_shape : int or (width, height)
+        Network input size.
+
+    Returns
+    -------
+    callable
+        ``image (H x W x 3 uint8 RGB) -> float32 3 x height x width``:
+        :class:`~gluondet.tasks.ssd.SSDValTransform` (resize with the
+        automatic interpolation, ImageNet mean/std, channels first).
+    """
+    transform = SSDValTransform(*_data_shape(data_shape))
+
+    def preprocess(image):
+        return transform(image, empty_label())[0]
+    return preprocess
+
+
+class CalibrationBatches:
+    """Preprocessed image batches and the cache of an int8 calibration.
+
+    Iterating yields C-contiguous float32 ``batch_size x 3 x height x width``
+    arrays, a new array each time. Images are read in the given order (a
+    folder: its image files sorted by name); pass a shuffled list to sample
+    a large set. The last partial batch is dropped: padding it with copies or
+    zeros would skew the activation histograms the scales come from.
+    Unreadable images are skipped, each with a warning naming the file, and
+    listed in ``skipped``; a pass that yields no full batch raises ValueError.
+
+    Parameters
+    ----------
+    images : list of str or str, optional
+        Image files, or a folder of them. Not needed when ``cache_path``
+        holds a cache.
+    data_shape : int or (width, height), optional
+        Network input size; required with ``images``.
+    batch_size : int
+        Images per batch. A fixed-batch engine needs its own batch size.
+    num_batches : int, optional
+        Stop after this many batches (default: as many as the images give).
+    preprocess : callable, optional
+        ``image -> float32 3 x height x width`` applied to each decoded RGB
+        image; default :func:`val_preprocess` of ``data_shape``. It must be
+        the preprocessing the deployed model is fed with.
+    cache_path : str, optional
+        Calibration cache: read if present (then no image is read), written
+        after a calibration.
+
+    Attributes
+    ----------
+    shape : tuple of int or None
+        Shape of each batch (None without images).
+    skipped : list of (str, str)
+        ``(path, problem)`` of the images skipped during the last pass.
+    num_yielded : int
+        Batches yielded during the last pass.
+    dropped : int
+        Images left in the partial last batch of the last pass.
+    """
+
+    def __init__(self, images=None, data_shape=None, batch_size=8, num_batches=None,
+                 preprocess=None, cache_path=None):
+        self.batch_size = _positive_int('batch_size', batch_size)
+        self.num_batches = (None if num_batches is None
+                            else _positive_int('num_batches', num_batches))
+        self.cache_path = None if cache_path is None else os.fspath(cache_path)
+        self.paths = self._list_images(images)
+        self.shape, self.preprocess = None, preprocess
+        if self.paths:
+            if data_shape is None:
+                raise ValueError('calibration images need data_shape (the network input size)')
+            width, height = _data_shape(data_shape)
+            self.shape = (self.batch_size, 3, height, width)
+            self.preprocess = preprocess or val_preprocess((width, height))
+        self.skipped, self.num_yielded, self.dropped = [], 0, 0
+        self.check()
+
+    @staticmethod
+    def _list_images(images):
+        if images is None:
+            return []
+        if isinstance(images, (str, os.PathLike)):
+            folder = os.fspath(images)
+            if not os.path.isdir(folder):
+                raise ValueError('images must be a list of image files or a folder; %r is not a '
+                                 'folder' % folder)
+            paths = [os.path.join(folder, name) for name in sorted(os.listdir(folder))
+                     if name.lower().endswith(IMAGE_EXTENSIONS)]
+            if not paths:
+                raise ValueError('no image files (%s) in %s'
+                                 % (' '.join(IMAGE_EXTENSIONS), folder))
+            return paths
+        return [os.fspath(p) for p in images]
+
+    def check(self):
+        """Raise ValueError unless there are images or an existing cache to calibrate from."""
+        if not self.paths and self.read_cache() is None:
+            where = ('no calibration cache at %s' % self.cache_path if self.cache_path
+                     else 'no cache_path')
+            raise ValueError('int8 calibration needs images, or an existing calibration cache '
+                             '(%s)' % where)
+
+    def read_cache(self):
+        """The cache's bytes, or None if there is no cache (or it is empty)."""
+        if self.cache_path is None:
+            return None
+        try:
+            with open(self.cache_path, 'rb') as f:
+                return f.read() or None
+        except FileNotFoundError:
+            return None
+
+    def write_cache(self, data):
+        """Write the cache atomically; without ``cache_path`` nothing is kept."""
+        if self.cache_path is not None:
+            _atomic_write(self.cache_path, bytes(data))
+
+    def __iter__(self):
+        self.skipped, self.num_yielded, self.dropped = [], 0, 0
+        if not self.paths:
+            raise ValueError('no calibration images, and the cache %s was missing or refused by '
+                             'TensorRT' % self.cache_path)
+        batch, filled = None, 0
+        for path in self.paths:
+            if self.num_yielded == self.num_batches:
+                return
+            try:
+                image = read_image(path)
+            except DatasetError as err:
+                self.skipped.append((path, err.problem))
+                warnings.warn('calibration image skipped: %s' % err, stacklevel=2)
+                continue
+            if batch is None:
+                batch = np.empty(self.shape, np.float32)
+            batch[filled] = self._preprocessed(image, path)
+            filled += 1
+            if filled == self.batch_size:
+                self.num_yielded += 1
+                yield batch
+                batch, filled = None, 0
+        self.dropped = filled
+        if self.num_yielded == 0:
+            raise ValueError('no full calibration batch: %d of %d images readable (%d skipped), '
+                             'batch_size is %d' % (len(self.paths) - len(self.skipped),
+                                                   len(self.paths), len(self.skipped),
+                                                   self.batch_size))
+
+    def _preprocessed(self, image, path):
+        sample = np.asarray(self.preprocess(image), dtype=np.float32)
+        if sample.shape != self.shape[1:]:
+            raise ValueError('%s: preprocessing gave shape %s, the calibration batches need %s'
+                             % (path, sample.shape, self.shape[1:]))
+        return sample
+
+
+def make_calibrator(batches):
+    """A TensorRT ``IInt8EntropyCalibrator2`` fed by ``batches``.
+
+    The class is defined here, at call time, because its base class exists
+    only once tensorrt is imported. Errors raised while producing a batch
+    (inside a TensorRT callback) are kept in ``error`` for
+    :func:`build_engine` to raise; ``close()`` frees the device buffer.
+
+    Parameters
+    ----------
+    batches : CalibrationBatches
+
+    Returns
+    -------
+    tensorrt.IInt8EntropyCalibrator2
+    """
+    trt = _import_tensorrt()
+    base = getattr(trt, 'IInt8EntropyCalibrator2', None)
+    if base is None:
+        raise RuntimeError('TensorRT %s has no IInt8EntropyCalibrator2 (implicit int8 '
+                           'calibration was removed in TensorRT 11): use TensorRT 8.5-10.x'
+                           % trt.__version__)
+    rt = _import_cudart()
+
+    class EntropyCalibrator(base):
+        """Entropy calibration over :class:`CalibrationBatches`."""
+
+        def __init__(self):
+            base.__init__(self)
+            self.batches = batches
+            self.error = None
+            self._iter = self._device = None
+
+        def get_batch_size(self):
+            return self.batches.batch_size
+
+        def get_batch(self, names):
+            try:
+                if self._iter is None:
+                    self._iter = iter(self.batches)
+                batch = next(self._iter, None)
+                if batch is None:
+                    return None
+                if self._device is None:
+                    self._device = _DeviceBuffer(rt, batch.nbytes)
+                self._device.upload(batch)
+                _cuda(rt, rt.cudaDeviceSynchronize())
+                return [int(self._device.ptr)]
+            except Exception as err:  # must not cross into TensorRT (its callbacks are noexcept)
+                self.error = err
+                return None
+
+        def read_calibration_cache(self):
+            return self.batches.read_cache()
+
+        def write_calibration_cache(self, cache):
+            self.batches.write_cache(cache)
+
+        def close(self):
+            if self._device is not None:
+                self._device.free()
+
+    return EntropyCalibrator()
+
+
+# ---------------------------------------------------------------- building
+
+def _check_build_args(onnx_path, engine_path, precision, max_batch_size, dynamic_batch,
+                      opt_batch_size, calibrator, workspace_mb):
+    if precision not in PRECISIONS:
+        raise ValueError('precision must be one of %s, got %r'
+                         % (', '.join(repr(p) for p in PRECISIONS), precision))
+    if not os.path.isfile(onnx_path):
+        raise FileNotFoundError('ONNX model not found: %s' % onnx_path)
+    folder = os.path.dirname(os.path.abspath(engine_path))
+    if os.path.isdir(engine_path) or not os.path.isdir(folder):
+        raise ValueError('engine_path must be a file in an existing folder, got %s' % engine_path)
+    if os.path.abspath(engine_path) == os.path.abspath(onnx_path):
+        raise ValueError('engine_path would overwrite the ONNX model %s' % onnx_path)
+    max_batch_size = _positive_int('max_batch_size', max_batch_size)
+    if opt_batch_size is not None:
+        if not dynamic_batch:
+            raise ValueError('opt_batch_size is for dynamic_batch=True engines')
+        if _positive_int('opt_batch_size', opt_batch_size) > max_batch_size:
+            raise ValueError('opt_batch_size %d is above max_batch_size %d'
+                             % (opt_batch_size, max_batch_size))
+    if workspace_mb is not None:
+        _positive_int('workspace_mb', workspace_mb)
+    if precision != 'int8':
+        if calibrator is not None:
+            raise ValueError("a calibrator is only used with precision='int8', not %r" % precision)
+        return
+    if calibrator is None:
+        raise ValueError("precision='int8' needs calibrator=CalibrationBatches(images, "
+                         "data_shape, cache_path=...), or one whose cache_path holds an existing "
+                         "cache")
+    if not isinstance(calibrator, CalibrationBatches):
+        raise TypeError('calibrator must be a CalibrationBatches, got %s'
+                        % type(calibrator).__name__)
+    calibrator.check()
+
+
+def read_onnx_input(onnx_path):
+    """The single NCHW input of an ONNX model (with ``onnx``, no TensorRT).
+
+    Returns
+    -------
+    OnnxInput
+        ``shape`` has -1 for a dynamic batch.
+
+    Raises
+    ------
+    ValueError
+        If the file is not an ONNX model, has several inputs, or an input
+        that is not NCHW with fixed channels, height and width.
+    """
+    try:
+        import onnx
+    except ImportError as err:
+        raise ImportError('reading the ONNX model needs `pip install onnx`') from err
+    try:
+        model = onnx.load(onnx_path, load_external_data=False)
+    except Exception as err:  # protobuf raises several types for bad data
+        raise ValueError('%s is not a readable ONNX model (%s)' % (onnx_path, err)) from None
+    weights = {init.name for init in model.graph.initializer}
+    inputs = [i for i in model.graph.input if i.name not in weights]
+    if len(inputs) != 1:
+        raise ValueError('%s has %d inputs %s; the detector takes one image batch'
+                         % (onnx_path, len(inputs), [i.name for i in inputs]))
+    dims = inputs[0].type.tensor_type.shape.dim
+    shape = tuple(d.dim_value if d.HasField('dim_value') else -1 for d in dims)
+    if len(shape) != 4 or min(shape[1:]) < 1:
+        raise ValueError('%s: input %r has shape %s; expected N x C x H x W with fixed C, H, W'
+                         % (onnx_path, inputs[0].name, shape))
+    nodes = [(node.name, node.op_type) for node in model.graph.node]
+    return OnnxInput(inputs[0].name, shape, nodes)
+
+
+def _batch_plan(spec, dynamic_batch, max_batch_size, opt_batch_size, calibrator):
+    """The optimization profile and calibration shape for the engine.
+
+    Returns
+    -------
+    profile : ((min, opt, max) shapes) or None
+        None for a model with a fixed batch (it needs no profile).
+    calibration_shape : tuple or None
+        Input shape of the calibration profile (for a dynamic-batch model).
+    """
+    n, c, h, w = spec.shape
+    if dynamic_batch:
+        if n != -1:
+            raise ValueError('the ONNX input %r has a fixed batch of %d: export it with '
+                             'dynamic_batch=True to build a dynamic-batch engine' % (spec.name, n))
+        opt = opt_batch_size or max_batch_size
+        profile = ((1, c, h, w), (opt, c, h, w), (max_batch_size, c, h, w))
+    elif n == -1:
+        profile = ((max_batch_size, c, h, w),) * 3
+    elif max_batch_size != n:
+        raise ValueError('the ONNX input %r has a fixed batch of %d but max_batch_size is %d: '
+                         'pass max_batch_size=%d, or export with dynamic_batch=True'
+                         % (spec.name, n, max_batch_size, n))
+    else:
+        profile = None
+    if calibrator is None:
+        return profile, None
+    if calibrator.shape is not None and calibrator.shape[1:] != (c, h, w):
+        raise ValueError('calibration batches are N x %s but the model input is N x %s: give '
+                         'CalibrationBatches data_shape=(%d, %d)'
+                         % (_dims(calibrator.shape[1:]), _dims((c, h, w)), w, h))
+    if n != -1 and calibrator.batch_size != n:
+        raise ValueError('the model has a fixed batch of %d: calibrate with batch_size=%d, not %d'
+                         % (n, n, calibrator.batch_size))
+    return profile, (None if n != -1 else (calibrator.batch_size, c, h, w))
+
+
+def _dims(shape):
+    return 'x'.join(map(str, shape))
+
+
+def _check_platform(trt, builder, precision):
+    """Refuse fp16/int8 where TensorRT or the GPU cannot do them fast."""
+    if precision == 'fp32':
+        return
+    flag = precision.upper()
+    if not hasattr(trt.BuilderFlag, flag):
+        raise RuntimeError('TensorRT %s has no BuilderFlag.%s (TensorRT 11 builds strongly typed '
+                           'networks only): use TensorRT 8.5-10.x for %s engines'
+                           % (trt.__version__, flag, precision))
+    if not getattr(builder, 'platform_has_fast_' + precision):
+        raise RuntimeError('this GPU has no fast %s: build precision=%r here, or build on a GPU '
+                           'with %s support' % (precision, 'fp32', precision))
+
+
+def _parser_errors(parser, onnx_path, nodes):
+    """The ONNX parser's errors, one line each, naming the node."""
+    lines = []
+    for i in range(parser.num_errors):
+        err = parser.get_error(i)
+        node = err.node()
+        where = ('node %d %r (%s)' % ((node,) + nodes[node]) if 0 <= node < len(nodes)
+                 else 'graph')
+        lines.append('  %s: %s' % (where, err.desc()))
+    return 'TensorRT cannot parse %s:\n%s' % (onnx_path, '\n'.join(lines))
+
+
+def build_engine(onnx_path, engine_path, precision='fp32', max_batch_size=1, dynamic_batch=False,
+                 calibrator=None, workspace_mb=None, opt_batch_size=None):
+    """Build and save a TensorRT engine from an ONNX detector.
+
+    Parameters
+    ----------
+    onnx_path : str
+        The model, one NCHW float input (``gluondet.deploy.onnx.export_onnx``).
+    engine_path : str
+        Where the serialized engine goes (written to a temporary file, then
+        renamed). An engine runs only with the TensorRT version and GPU model
+        that built it.
+    precision : {'fp32', 'fp16', 'int8'}
+        fp16 and int8 are refused on GPUs without fast support. int8 also
+        enables fp16 where the GPU has it, for layers without int8 kernels.
+    max_batch_size : int
+        Largest batch. A model exported with a fixed batch needs exactly
+        that number; a dynamic-batch model with ``dynamic_batch=False`` gives
+        an engine for batches of exactly ``max_batch_size``.
+    dynamic_batch : bool
+        Accept batches of 1 to ``max_batch_size`` (the model must be
+        exported with a dynamic batch).
+    calibrator : CalibrationBatches, optional
+        Required for int8 (images, or an existing cache). On a dynamic-batch
+        model it calibrates with its own ``batch_size``; on a fixed-batch one
+        that must equal the model's batch.
+    workspace_mb : int, optional
+        Limit of TensorRT's scratch memory (default: TensorRT's, the whole GPU).
+    opt_batch_size : int, optional
+        Batch size TensorRT tunes for (``dynamic_batch`` only; default
+        ``max_batch_size``).
+
+    Returns
+    -------
+    str
+        ``engine_path``.
+
+    Raises
+    ------
+    ValueError, TypeError, FileNotFoundError
+        Bad arguments, checked before tensorrt is imported.
+    ImportError
+        tensorrt or cuda-python missing.
+    RuntimeError
+        Platform without fast fp16/int8, ONNX parser errors (one line per
+        node), or a failed build.
+    """
+    _check_build_args(onnx_path, engine_path, precision, max_batch_size, dynamic_batch,
+                      opt_batch_size, calibrator, workspace_mb)
+    spec = read_onnx_input(onnx_path)
+    profile, calibration_shape = _batch_plan(spec, dynamic_batch, max_batch_size, opt_batch_size,
+                                             calibrator)
+    trt = _import_tensorrt()
+    trt_logger = trt.Logger(trt.Logger.WARNING)
+    builder = trt.Builder(trt_logger)
+    _check_platform(trt, builder, precision)
+    major = int(trt.__version__.split('.')[0])
+    flags = 0 if major >= 10 else 1 << int(trt.NetworkDefinitionCreationFlag.EXPLICIT_BATCH)
+    network = builder.create_network(flags)
+    parser = trt.OnnxParser(network, trt_logger)
+    if not parser.parse_from_file(os.path.abspath(onnx_path)):
+        raise RuntimeError(_parser_errors(parser, onnx_path, spec.nodes))
+
+    config = builder.create_builder_config()
+    if workspace_mb is not None:
+        config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, workspace_mb << 20)
+    if profile is not None:
+        opt_profile = builder.create_optimization_profile()
+        opt_profile.set_shape(spec.name, *profile)
+        config.add_optimization_profile(opt_profile)
+    if precision == 'fp16' or (precision == 'int8' and builder.platform_has_fast_fp16):
+        config.set_flag(trt.BuilderFlag.FP16)
+    entropy = None
+    if precision == 'int8':
+        config.set_flag(trt.BuilderFlag.INT8)
+        entropy = make_calibrator(calibrator)
+        config.int8_calibrator = entropy
+        if calibration_shape is not None:
+            calib_profile = builder.create_optimization_profile()
+            calib_profile.set_shape(spec.name, *(calibration_shape,) * 3)
+            config.set_calibration_profile(calib_profile)
+
+    start = time.time()
+    try:
+        serialized = builder.build_serialized_network(network, config)
+    finally:
+        if entropy is not None:
+            entropy.close()
+    if entropy is not None and entropy.error is not None:
+        raise entropy.error
+    if serialized is None:
+        raise RuntimeError('TensorRT could not build a %s engine from %s (the TensorRT log above '
+                           'says why)' % (precision, onnx_path))
+    _atomic_write(engine_path, serialized)
+    if entropy is not None and calibrator.num_yielded:
+        logger.info('int8 calibration: %d batches of %d, %d images skipped, %d dropped',
+                    calibrator.num_yielded, calibrator.batch_size, len(calibrator.skipped),
+                    calibrator.dropped)
+    logger.info('built %s engine %s in %.0f s', precision, engine_path, time.time() - start)
+    return engine_path
+
+
+# ---------------------------------------------------------------- running
+
+def _check_batch(shape, input_shape, batch_range):
+    """Raise ValueError unless a batch of ``shape`` fits the engine input."""
+    lo, hi = batch_range
+    if len(shape) != 1 + len(input_shape) or tuple(shape[1:]) != tuple(input_shape):
+        raise ValueError('batch of shape %s does not fit the engine input N x %s'
+                         % (tuple(shape), _dims(input_shape)))
+    if not lo <= shape[0] <= hi:
+        allowed = ('exactly %d (fixed shape)' % lo if lo == hi
+                   else '%d to %d (its optimization profile)' % (lo, hi))
+        raise ValueError('this engine takes batches of %s, got %d' % (allowed, shape[0]))
+
+
+class TensorRTRunner:
+    """A TensorRT engine as a callable: ``runner(batch) -> (ids, scores, boxes)``.
+
+    Device buffers for the largest batch are allocated once.
+
+    Parameters
+    ----------
+    engine_path : str
+        A serialized engine from :func:`build_engine`, with one input and
+        outputs named ``ids``, ``scores`` and ``boxes``.
+
+    Attributes
+    ----------
+    input_name : str
+    input_shape : tuple of int
+        ``C, H, W``.
+    batch_range : (int, int)
+        Smallest and largest batch the engine takes.
+    """
+
+    def __init__(self, engine_path):
+        if not os.path.isfile(engine_path):
+            raise FileNotFoundError('TensorRT engine not found: %s' % engine_path)
+        trt = _import_tensorrt()
+        self._rt = rt = _import_cudart()
+        self._trt_logger = trt.Logger(trt.Logger.WARNING)
+        with open(engine_path, 'rb') as f:
+            self.engine = trt.Runtime(self._trt_logger).deserialize_cuda_engine(f.read())
+        if self.engine is None:
+            raise RuntimeError('cannot load %s: an engine runs only with the TensorRT version and '
+                               'GPU model that built it' % engine_path)
+        engine = self.engine
+        names = [engine.get_tensor_name(i) for i in range(engine.num_io_tensors)]
+        inputs = [n for n in names if engine.get_tensor_mode(n) == trt.TensorIOMode.INPUT]
+        if len(inputs) != 1 or not set(OUTPUT_NAMES) <= set(names):
+            raise ValueError('%s has inputs %s and outputs %s; expected one input and outputs %s'
+                             % (engine_path, inputs, [n for n in names if n not in inputs],
+                                ', '.join(OUTPUT_NAMES)))
+        self.input_name = inputs[0]
+        shape = tuple(engine.get_tensor_shape(self.input_name))
+        self.input_shape = shape[1:]
+        self._dynamic = shape[0] == -1
+        if self._dynamic:
+            low, _, high = engine.get_tensor_profile_shape(self.input_name, 0)
+            self.batch_range = (low[0], high[0])
+        else:
+            self.batch_range = (shape[0], shape[0])
+        self.context = engine.create_execution_context()
+        if self._dynamic:   # output shapes follow; buffers are sized for the largest batch
+            self.context.set_input_shape(self.input_name, (high[0],) + self.input_shape)
+        self._stream = _cuda(rt, rt.cudaStreamCreate())
+        self._dtypes, self._buffers = {}, {}
+        for name in names:
+            self._dtypes[name] = np.dtype(trt.nptype(engine.get_tensor_dtype(name)))
+            size = int(np.prod(tuple(self.context.get_tensor_shape(name))))
+            self._buffers[name] = _DeviceBuffer(rt, size * self._dtypes[name].itemsize)
+            self.context.set_tensor_address(name, self._buffers[name].ptr)
+
+    def __call__(self, batch):
+        """Run a ``N x C x H x W`` batch; returns numpy ``(ids, scores, boxes)``."""
+        batch = np.ascontiguousarray(batch, dtype=self._dtypes[self.input_name])
+        _check_batch(batch.shape, self.input_shape, self.batch_range)
+        if self._dynamic:
+            self.context.set_input_shape(self.input_name, batch.shape)
+        self._buffers[self.input_name].upload(batch, self._stream)
+        if not self.context.execute_async_v3(int(self._stream)):
+            raise RuntimeError('TensorRT execution failed (see the TensorRT log)')
+        outputs = []
+        for name in OUTPUT_NAMES:
+            out = np.empty(tuple(self.context.get_tensor_shape(name)), self._dtypes[name])
+            self._buffers[name].download(out, self._stream)
+            outputs.append(out)
+        _cuda(self._rt, self._rt.cudaStreamSynchronize(self._stream))
+        return tuple(outputs)
+
+    def close(self):
+        """Free the device buffers and the stream."""
+        for buffer in self._buffers.values():
+            buffer.free()
+        self._buffers = {}
+        if self._stream is not None:
+            _cuda(self._rt, self._rt.cudaStreamDestroy(self._stream))
+            self._stream = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
