@@ -37,7 +37,7 @@ setup(
         'onnx': ['onnx', 'onnxruntime'],
         'dali': ['nvidia-dali-cuda110'],
         'horovod': ['horovod', 'cloudpickle', 'psutil', 'pyyaml'],
-        'tensorrt': ['onnx', 'tensorrt'],
+        'tensorrt': ['onnx', 'tensorrt', 'cuda-python'],
         'test': ['pytest', 'pytest-timeout', 'pycocotools', 'faster-coco-eval', 'gluoncv',
                  'onnx', 'onnxruntime', 'matplotlib'],
         'docs': ['matplotlib'],

@@ -150,3 +150,56 @@ def test_script_asks_for_missing_gpus_clearly():
         pytest.skip('this machine has GPUs')
     with pytest.raises(Exception, match='GPU'):
         train_ssd.main(['--dataset', 'demo', '--gpus', '0', '--network', 'mobilenet0.25'])
+
+
+def test_script_reads_the_splits_of_a_voc_folder(bccd_root):
+    from gluondet.tasks import cli
+    _, args = _script(['--dataset', 'voc', '--dataset-root', os.path.join(bccd_root, 'BCCD'),
+                       '--classes', 'RBC,WBC,Platelets', '--train-split', 'trainval',
+                       '--val-split', 'test'])
+    train, val = cli.build_datasets(args)
+    assert (len(train), len(val)) == (292, 72)
+    _, args = _script(['--dataset', 'voc', '--dataset-root', os.path.join(bccd_root, 'BCCD'),
+                       '--classes', 'RBC,WBC,Platelets'])
+    assert tuple(map(len, cli.build_datasets(args))) == (205, 87)
+
+
+@pytest.mark.slow
+def test_script_resume_after_kill_9_in_epoch_2_equals_the_straight_run(tmp_path, bccd_root):
+    """train_ssd.py: 2 epochs straight vs 1 epoch, then ``--resume auto`` killed (-9) in
+    epoch 2, then ``--resume auto`` to the end."""
+    import signal
+    import subprocess
+    import time
+    from gluondet.engine.testing import _max_diff
+
+    def command(prefix, epochs):
+        return [sys.executable, os.path.join(ROOT, 'scripts', 'train_ssd.py'),
+                '--network', 'mobilenet0.25', '--data-shape', '96', '--dataset', 'voc',
+                '--dataset-root', os.path.join(bccd_root, 'BCCD'), '--classes',
+                'RBC,WBC,Platelets', '--train-split', 'test', '--val-split', 'test',
+                '--gpus', '', '-j', '0', '--batch-size', '8', '--epochs', str(epochs),
+                '--lr', '0.01', '--lr-decay-epoch', '1', '--log-interval', '1',
+                '--val-interval', '0', '--save-interval', '0', '--seed', '3',
+                '--no-pretrained-base', '--save-prefix', prefix, '--resume', 'auto']
+
+    straight, resumed = str(tmp_path / 'straight' / ''), str(tmp_path / 'resumed' / '')
+    name = 'ssd_300_mobilenet0.25_custom'
+    subprocess.run(command(straight, 2), check=True, capture_output=True)
+    subprocess.run(command(resumed, 1), check=True, capture_output=True)
+    metrics = resumed + name + '_metrics.jsonl'
+    with open(str(tmp_path / 'child.log'), 'w') as log:
+        child = subprocess.Popen(command(resumed, 2), stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.time() + 300
+        while child.poll() is None and time.time() < deadline:
+            with open(metrics) as f:
+                if any('"epoch": 1' in line for line in f):
+                    break
+            time.sleep(0.02)
+        child.send_signal(signal.SIGKILL)
+        assert child.wait(60) == -signal.SIGKILL, 'the run ended before it was killed'
+    assert read_manifest(resumed + name + '_last.json')['iteration'] == 9  # end of epoch 1
+    subprocess.run(command(resumed, 2), check=True, capture_output=True)
+    assert read_manifest(resumed + name + '_last.json')['iteration'] == 18
+    assert _max_diff(straight + name, resumed + name, 'params') <= 1e-6
+    assert _max_diff(straight + name, resumed + name, 'states') <= 1e-6

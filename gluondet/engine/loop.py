@@ -81,9 +81,14 @@ class TrainLoop:
         try:
             while self.state.epoch < self.epochs:
                 self._call('before_epoch')
-                for batch in self.data.epoch(self.state.epoch, self.state.batch):
+                batches = iter(self.data.epoch(self.state.epoch, self.state.batch))
+                batch = next(batches, None)
+                while batch is not None:
                     self._call('before_step')
                     self.run_step(batch)
+                    # MXNet runs the step asynchronously: load the next batch meanwhile,
+                    # before the hooks wait for this step's losses.
+                    batch = next(batches, None)
                     self.state.batch += 1
                     self.state.iteration += 1
                     self._call('after_step')

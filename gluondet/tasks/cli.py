@@ -27,6 +27,9 @@ def add_training_args(parser, epochs, lr, lr_decay_epoch, batch_size, wd=0.0005,
     add('--train-json', default='', help='COCO json of the training images (custom COCO data)')
     add('--val-json', default='', help='COCO json of the validation images')
     add('--image-root', default='', help='folder the COCO file names are relative to')
+    add('--train-split', default='train',
+        help='split(s) to train on in a VOC-style folder, comma-separated (e.g. trainval)')
+    add('--val-split', default='val', help='split(s) to validate on in a VOC-style folder')
     add('--num-workers', '-j', dest='num_workers', type=int, default=4,
         help='data loading worker processes')
     add('--gpus', default='0', help="GPUs to train on, e.g. '0,1'; '' for the CPU")
@@ -90,10 +93,9 @@ def build_datasets(args):
                 root, 'VOCdevkit')
             return (VOCDetection(devkit, splits=((2007, 'trainval'), (2012, 'trainval')),
                                  classes=classes),
-                    VOCDetection(devkit, splits=((2007, 'test'),), classes=classes,
-                                 on_error='raise'))
-        return (VOCDetection(root, splits=('train',), classes=classes),
-                VOCDetection(root, splits=('val',), classes=classes, on_error='raise'))
+                    VOCDetection(devkit, splits=((2007, 'test'),), classes=classes))
+        return (VOCDetection(root, splits=_split_list(args.train_split), classes=classes),
+                VOCDetection(root, splits=_split_list(args.val_split), classes=classes))
     if name == 'coco':
         return (COCODetection(root, splits='instances_train2017'),
                 COCODetection(root, splits='instances_val2017', skip_empty=False))
@@ -103,7 +105,7 @@ def build_datasets(args):
             raise SystemExit('KITTI has no validation split: put one in %s/val/{image_2,'
                              'label_2} beside %s/training' % (root, root))
         return (KITTIDetection(root, split='training', class_mapping=mapping),
-                KITTIDetection(root, split='val', class_mapping=mapping, on_error='raise'))
+                KITTIDetection(root, split='val', class_mapping=mapping))
     raise SystemExit('unknown --dataset %r: use voc, coco, kitti or demo, or --train-json/'
                      '--val-json for COCO-format data' % args.dataset)
 
