@@ -71,6 +71,11 @@ class BoxCenterDecoder(gluon.HybridBlock):
             raise ValueError('BoxCenterDecoder needs 4 stds, got %r' % (stds,))
         self._stds = tuple(float(s) for s in stds)
 
+    @property
+    def stds(self):
+        """The 4 divisors of the offsets."""
+        return self._stds
+
     def hybrid_forward(self, F, deltas, anchors):
         sx, sy, sw, sh = self._stds
         return F.contrib.box_decode(deltas, anchors, sx, sy, sw, sh, clip=-1, format='center')

@@ -1,0 +1,97 @@
+"""Pair the detections of two runs of a detector (Gluon, ONNX, ...) and report the worst gaps."""
+from collections import namedtuple
+
+import numpy as np
+
+__all__ = ['DetectionComparison', 'compare_detections']
+
+
+class DetectionComparison(namedtuple('DetectionComparison', [
+        'compared', 'missing_in_a', 'missing_in_b', 'max_score_diff', 'max_box_diff',
+        'score_tol', 'box_tol'])):
+    """What :func:`compare_detections` found.
+
+    compared : pairs with at least one side scoring ``>= min_score``.
+    missing_in_a, missing_in_b : detections scoring ``>= min_score`` in one output with
+    no detection of the same class left to pair in the other.
+    max_score_diff, max_box_diff : largest ``|score difference|`` and largest box
+    coordinate difference (pixels) over the compared pairs (0 when none).
+    score_tol, box_tol : the tolerances ``ok`` checks.
+    """
+
+    __slots__ = ()
+
+    @property
+    def ok(self):
+        """Nothing missing and every compared pair within the tolerances."""
+        return (not self.missing_in_a and not self.missing_in_b
+                and self.max_score_diff <= self.score_tol and self.max_box_diff <= self.box_tol)
+
+    def __str__(self):
+        return ('%d detections compared, %d missing in a, %d missing in b, max score diff %.3g '
+                '(tol %.3g), max box diff %.3g px (tol %.3g)' % (
+                    self.compared, self.missing_in_a, self.missing_in_b, self.max_score_diff,
+                    self.score_tol, self.max_box_diff, self.box_tol))
+
+
+def _as_numpy(outputs):
+    ids, scores, boxes = (np.asarray(o.asnumpy() if hasattr(o, 'asnumpy') else o, np.float64)
+                          for o in outputs)
+    batch = ids.shape[0]
+    return ids.reshape(batch, -1), scores.reshape(batch, -1), boxes.reshape(batch, -1, 4)
+
+
+def compare_detections(a, b, min_score=0.05, score_tol=1e-4, box_tol=1e-2):
+    """Pair two detectors' outputs on the same batch and measure their differences.
+
+    Within each image and class, detections are paired greedily, closest first
+    (distance: the larger of score difference / ``score_tol`` and largest box
+    coordinate difference / ``box_tol``). Every detection scoring ``>= min_score`` in
+    either output must be paired; its pair's differences are what is reported.
+
+    Parameters
+    ----------
+    a, b : (ids, scores, boxes)
+        Detector outputs (NDArray or numpy): ``B x K x 1``, ``B x K x 1``, ``B x K x 4``,
+        rows with a negative id ignored; ``K`` may differ between ``a`` and ``b``.
+    min_score : float
+        Detections below this score need no partner.
+    score_tol, box_tol : float
+        Tolerances of :attr:`DetectionComparison.ok`.
+
+    Returns
+    -------
+    DetectionComparison
+    """
+    a, b = _as_numpy(a), _as_numpy(b)
+    if a[0].shape[0] != b[0].shape[0]:
+        raise ValueError('compare_detections: batches of %d and %d images'
+                         % (a[0].shape[0], b[0].shape[0]))
+    compared = missing_a = missing_b = 0
+    max_score = max_box = 0.0
+    for image in range(a[0].shape[0]):
+        ids_a, ids_b = a[0][image], b[0][image]
+        for cls in np.union1d(ids_a[ids_a >= 0], ids_b[ids_b >= 0]):
+            ia, ib = np.flatnonzero(ids_a == cls), np.flatnonzero(ids_b == cls)
+            score_a, score_b = a[1][image, ia], b[1][image, ib]
+            score_diff = np.abs(score_a[:, None] - score_b[None, :])
+            box_diff = np.abs(a[2][image, ia][:, None] - b[2][image, ib][None, :]).max(
+                axis=-1, initial=0)
+            cost = np.maximum(score_diff / score_tol, box_diff / box_tol)
+            free_a = np.ones(len(ia), bool)
+            free_b = np.ones(len(ib), bool)
+            for flat in np.argsort(cost, axis=None, kind='stable'):
+                i, j = divmod(int(flat), len(ib))
+                if not (free_a[i] and free_b[j]):
+                    continue
+                free_a[i] = free_b[j] = False
+                if score_a[i] >= min_score or score_b[j] >= min_score:
+                    compared += 1
+                    max_score = max(max_score, score_diff[i, j])
+                    max_box = max(max_box, box_diff[i, j])
+            missing_in_b = int(np.sum(free_a & (score_a >= min_score)))
+            missing_in_a = int(np.sum(free_b & (score_b >= min_score)))
+            missing_b += missing_in_b
+            missing_a += missing_in_a
+    return DetectionComparison(compared, missing_a, missing_b, float(max_score), float(max_box),
+                               score_tol, box_tol)

@@ -1,0 +1,289 @@
+"""Symbol and ONNX export of SSD (gluondet.deploy): round trips, ONNX Runtime parity, errors."""
+import json
+
+import mxnet as mx
+import numpy as np
+import pytest
+from mxnet import gluon
+from mxnet.gluon import nn
+
+from gluondet.deploy import compare_detections, export_symbol
+from gluondet.deploy.symbol import ssd_body
+from gluondet.model_zoo import get_model, get_model_info, get_model_list
+from gluondet.model_zoo.ssd import SSD
+
+onnx = pytest.importorskip('onnx')
+ort = pytest.importorskip('onnxruntime')
+from gluondet.deploy import UnsupportedOperatorError, export_onnx  # noqa: E402
+
+FAST_NAME = 'ssd_300_mobilenet0.25_voc'
+SSD_NAMES = [n for n in get_model_list() if n.startswith('ssd_')]
+
+
+def _images(batch, height, width, seed=0):
+    return mx.nd.array(np.random.RandomState(seed).uniform(-2, 2, (batch, 3, height, width)))
+
+
+def _calibrate_batchnorm(net, x, rng):
+    """Give random weights O(1) features: each BatchNorm's statistics become the mean square
+    of its input on ``x`` (mean 0), layer after layer in one forward. Its beta is set to 1:
+    with beta 0 the random network amplifies float32 rounding ~1000x (to ~1e-4 of the
+    logits, in MXNet and ONNX Runtime alike, measured against float64), which would make
+    the parity tolerances a test of the random weights. Gamma is random."""
+    def set_statistics(block, inputs):
+        mean_square = (inputs[0] ** 2).mean(axis=(0, 2, 3))
+        block.running_mean.set_data(mx.nd.zeros_like(mean_square))
+        block.running_var.set_data(mean_square)
+        block.beta.set_data(mx.nd.ones_like(mean_square))
+        block.gamma.set_data(mx.nd.array(rng.uniform(0.5, 1.5, mean_square.shape)))
+
+    hooks = []
+    net.apply(lambda block: hooks.append(block.register_forward_pre_hook(set_statistics))
+              if isinstance(block, nn.BatchNorm) else None)
+    net(x)
+    for hook in hooks:
+        hook.detach()
+
+
+def _scale_predictors(net, x, data_shape, class_std=2.0):
+    """Scale the predictors to logits of std ``class_std`` (many scores above 0.05, none
+    saturated) and box offsets of std 1 (boxes near their anchors, overlapping)."""
+    symbol, _, _ = ssd_body(net, data_shape, x.shape[0])
+    cls_preds, box_preds = gluon.SymbolBlock(symbol, mx.sym.var('data', dtype='float32'),
+                                             params=net.collect_params())(x)
+    for predictors, std, target in ((net.class_predictors, cls_preds, class_std),
+                                    (net.box_predictors, box_preds, 1.0)):
+        factor = target / float(std.asnumpy().std())
+        for conv in predictors:
+            conv.weight.set_data(conv.weight.data() * factor)
+            conv.bias.set_data(conv.bias.data() * factor)
+
+
+def _fixed_gammas(net):
+    """The gammas of ``BatchNorm(scale=False)`` (``fix_gamma``: MXNet uses 1 instead)."""
+    return [p for p in net.collect_params().values()
+            if p.name.endswith('gamma') and p.grad_req == 'null']
+
+
+def _detector(name, batch=4, seed=0):
+    """``name`` with random weights that give many detections on random images.
+
+    Fixed gammas get random values last (MXNet's non-MKLDNN BatchNorm resets them to 1
+    when it runs, the hybridized graph leaves them): the export must ignore them too.
+    """
+    kwargs = {'classes': ['a', 'b', 'c']} if name.endswith('_custom') else {}
+    net = get_model(name, pretrained_base=False, **kwargs)
+    net.initialize()
+    data_shape = get_model_info(name).data_shape
+    x = _images(batch, *data_shape, seed=seed)
+    net(x)
+    _calibrate_batchnorm(net, x, np.random.RandomState(seed))
+    _scale_predictors(net, x, data_shape)
+    net.hybridize()
+    rng = np.random.RandomState(seed)
+    for gamma in _fixed_gammas(net):
+        gamma.set_data(mx.nd.array(rng.uniform(0.5, 1.5, gamma.shape)))
+    return net, x, data_shape
+
+
+def _run_onnx(path, x):
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    session = ort.InferenceSession(str(path), options, providers=['CPUExecutionProvider'])
+    return session.run(None, {'data': x.asnumpy()})
+
+
+def _assert_parity(net, path, x, min_per_image=50):
+    result = compare_detections(net(x), _run_onnx(path, x))
+    assert result.ok, str(result)
+    assert result.compared >= min_per_image * x.shape[0], str(result)
+    return result
+
+
+# ---------------------------------------------------------------------------- symbol
+
+def test_export_symbol_round_trip(tmp_path):
+    net, x, data_shape = _detector(FAST_NAME, batch=2)
+    expected = [o.asnumpy() for o in net(x)]
+    json_file, params_file = export_symbol(net, str(tmp_path / 'ssd'), data_shape)
+    imported = gluon.SymbolBlock.imports(json_file, ['data'], params_file)
+    for got, want in zip(imported(x), expected):
+        np.testing.assert_array_equal(got.asnumpy(), want)
+    assert (expected[1] >= 0.05).sum() >= 100
+
+
+# ---------------------------------------------------------------------------- ONNX
+
+@pytest.mark.parametrize('dynamic', [False, True])
+def test_onnx_model_checks_and_describes_itself(tmp_path, dynamic):
+    net, _, data_shape = _detector(FAST_NAME, batch=1)
+    path = str(tmp_path / 'ssd.onnx')
+    export_onnx(net, path, data_shape, batch_size=2, dynamic_batch=dynamic,
+                metadata={'mean': [0.485, 0.456, 0.406]})
+    model = onnx.load(path)
+    onnx.checker.check_model(model, full_check=True)
+    assert [o.version for o in model.opset_import if o.domain in ('', 'ai.onnx')] == [13]
+    names = [node.name for node in model.graph.node]
+    assert all(names) and len(set(names)) == len(names)
+    assert [i.name for i in model.graph.input] == ['data']
+
+    def dims(value):
+        return [d.dim_param or d.dim_value for d in value.type.tensor_type.shape.dim]
+    batch = 'batch' if dynamic else 2
+    assert dims(model.graph.input[0]) == [batch, 3, 300, 300]
+    assert [(o.name, dims(o)) for o in model.graph.output] == [
+        ('ids', [batch, 100, 1]), ('scores', [batch, 100, 1]), ('boxes', [batch, 100, 4])]
+    meta = {p.key: json.loads(p.value) for p in model.metadata_props}
+    assert meta['classes'] == list(net.classes) and meta['data_shape'] == [300, 300]
+    assert meta['batch_size'] == (None if dynamic else 2)
+    assert meta['nms'] == {'score_thresh': 0.01, 'nms_thresh': 0.45, 'nms_topk': 400,
+                           'post_nms': 100}
+    assert meta['mean'] == [0.485, 0.456, 0.406]
+
+
+def _parity_all_batches(name, tmp_path):
+    """Static batch 1 and 4, one dynamic model at batch 1 and 4; returns the comparisons."""
+    net, x, data_shape = _detector(name, batch=4)
+    results = {}
+    for batch in (1, 4):
+        path = tmp_path / ('static%d.onnx' % batch)
+        export_onnx(net, str(path), data_shape, batch_size=batch)
+        results['static', batch] = _assert_parity(net, path, x[:batch])
+    path = tmp_path / 'dynamic.onnx'
+    export_onnx(net, str(path), data_shape, dynamic_batch=True)
+    for batch in (1, 4):
+        results['dynamic', batch] = _assert_parity(net, path, x[:batch])
+    return results
+
+
+@pytest.mark.parametrize('name', [pytest.param(n, marks=pytest.mark.slow) if n != FAST_NAME
+                                  else n for n in SSD_NAMES])
+def test_onnx_detections_equal_gluon(name, tmp_path):
+    for key, result in _parity_all_batches(name, tmp_path).items():
+        print(name, key, result)
+
+
+def test_onnx_ignores_fixed_gamma_like_mxnet(tmp_path):
+    net, x, data_shape = _detector(FAST_NAME, batch=1)
+    path = tmp_path / 'ssd.onnx'
+    export_onnx(net, str(path), data_shape)
+    _assert_parity(net, path, x)
+    gammas = _fixed_gammas(net)
+    assert gammas and all(abs(g.data().asnumpy() - 1).max() > 0.1 for g in gammas)
+
+
+def test_onnx_uniform_images_tie_like_gluon(tmp_path):
+    # uniform areas give equal predictions at many anchors: the order of tied candidates
+    # decides which one NMS keeps
+    net, x, data_shape = _detector(FAST_NAME, batch=1)
+    path = tmp_path / 'ssd.onnx'
+    export_onnx(net, str(path), data_shape, dynamic_batch=True)
+    half = mx.nd.concat(x[:, :, :150], mx.nd.ones((1, 3, 150, 300)) * 0.5, dim=2)
+    images = mx.nd.concat(mx.nd.zeros((1, 3, 300, 300)), half, dim=0)
+    expected = net(images)
+    scores = expected[1].asnumpy()
+    assert len(np.unique(scores[0][scores[0] >= 0])) < (scores[0] >= 0).sum()
+    got = _run_onnx(path, images)
+    np.testing.assert_array_equal(got[0], expected[0].asnumpy())
+    result = compare_detections(expected, got)
+    assert result.ok and result.compared >= 100, str(result)
+
+
+@pytest.mark.parametrize('nms_topk, post_nms', [(50, 120), (400, -1)])
+def test_onnx_nms_settings(tmp_path, nms_topk, post_nms):
+    net, x, data_shape = _detector(FAST_NAME, batch=2)
+    net.set_nms(nms_thresh=0.45, nms_topk=nms_topk, post_nms=post_nms)
+    ids = net(x)[0].asnumpy()
+    rows = post_nms if post_nms > 0 else 20 * 2268
+    assert ids.shape == (2, rows, 1)
+    # NMS removed some of the nms_topk candidates (all above 0.01 here)
+    assert 0 < (ids >= 0).sum(axis=1).max() < nms_topk
+    path = tmp_path / 'ssd.onnx'
+    export_onnx(net, str(path), data_shape, batch_size=2)
+    got = _run_onnx(path, x)
+    assert got[0].shape == ids.shape
+    np.testing.assert_array_equal(got[0] >= 0, ids >= 0)
+    _assert_parity(net, path, x, min_per_image=nms_topk // 2)
+
+
+@pytest.mark.parametrize('settings', [dict(nms_thresh=0), dict(nms_topk=-1)])
+def test_onnx_refuses_nms_without_a_cap(tmp_path, settings):
+    net = get_model(FAST_NAME, pretrained_base=False)
+    net.initialize()
+    net.set_nms(**settings)
+    with pytest.raises(ValueError, match='nms_topk > 0'):
+        export_onnx(net, str(tmp_path / 'ssd.onnx'), 300)
+
+
+class _TinyFeatures(gluon.HybridBlock):
+    """Maps of strides 8 and 16; ``act(F, x)`` follows the first convolution (no bias)."""
+
+    def __init__(self, act, **kwargs):
+        super().__init__(**kwargs)
+        self._act = act
+        with self.name_scope():
+            self.conv1 = nn.Conv2D(16, 3, strides=8, padding=1, use_bias=False)
+            self.conv2 = nn.Conv2D(16, 3, strides=2, padding=1)
+
+    def hybrid_forward(self, F, x):
+        first = self._act(F, self.conv1(x))
+        return [first, F.relu(self.conv2(first))]
+
+
+def _tiny_ssd(act):
+    net = SSD(_TinyFeatures(act), ['a', 'b'], sizes=[16, 32, 64], ratios=[1, 2, 0.5],
+              steps=[8, 16], base_size=64)
+    net.initialize()
+    return net
+
+
+def test_onnx_l2_normalization_keeps_mxnet_eps(tmp_path):
+    # mx2onnx's LpNormalization has no eps: on the dim half of this image (features
+    # ~1e-3, channel norm ~ sqrt(eps)) its scores would be far off
+    net = _tiny_ssd(lambda F, x: F.L2Normalization(F.relu(x), mode='channel', eps=1e-5))
+    x = _images(2, 64, 64, seed=1)
+    x[:, :, :, 32:] *= 1e-3
+    _scale_predictors(net, x, (64, 64), class_std=3.0)
+    path = tmp_path / 'tiny.onnx'
+    export_onnx(net, str(path), 64, batch_size=2)
+    _assert_parity(net, path, x, min_per_image=20)
+
+
+def test_onnx_names_the_operator_it_cannot_convert(tmp_path):
+    net = _tiny_ssd(lambda F, x: F.softsign(x))
+    net(_images(1, 64, 64))
+    with pytest.raises(UnsupportedOperatorError, match=r'softsign \(nodes [^)]*softsign'):
+        export_onnx(net, str(tmp_path / 'tiny.onnx'), 64)
+
+
+def test_onnx_refuses_other_opsets(tmp_path):
+    with pytest.raises(ValueError, match='only opset 13'):
+        export_onnx(_tiny_ssd(lambda F, x: x), str(tmp_path / 'tiny.onnx'), 64, opset=17)
+
+
+# ---------------------------------------------------------------------------- compare
+
+def _outputs(rows):
+    rows = np.asarray(rows, np.float32).reshape(1, -1, 6)
+    return rows[..., :1], rows[..., 1:2], rows[..., 2:]
+
+
+def test_compare_detections_pairs_by_class_and_box_in_any_order():
+    a = _outputs([[0, 0.9, 0, 0, 10, 10], [1, 0.5, 5, 5, 20, 20], [0, 0.04, 1, 1, 2, 2],
+                  [-1, -1, -1, -1, -1, -1]])
+    b = _outputs([[1, 0.50003, 5, 5, 20.004, 20], [0, 0.9, 0, 0, 10, 10],
+                  [-1, -1, -1, -1, -1, -1], [-1, -1, -1, -1, -1, -1]])
+    result = compare_detections(a, b)
+    assert result.ok and result.compared == 2
+    assert result.max_score_diff == pytest.approx(3e-5, abs=1e-6)
+    assert result.max_box_diff == pytest.approx(0.004, abs=1e-4)
+
+
+def test_compare_detections_reports_missing_and_far_detections():
+    a = _outputs([[0, 0.9, 0, 0, 10, 10], [2, 0.3, 0, 0, 5, 5]])
+    b = _outputs([[0, 0.9, 0, 0, 10, 10.5], [1, 0.3, 0, 0, 5, 5]])
+    result = compare_detections(a, b)
+    assert not result.ok
+    assert (result.compared, result.missing_in_a, result.missing_in_b) == (1, 1, 1)
+    assert result.max_box_diff == pytest.approx(0.5)
+    assert 'missing' in str(result)
