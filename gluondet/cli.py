@@ -1,7 +1,9 @@
 """The ``gluondet`` command line: ``gluondet <command> [options]``.
 
-Each command is a ``(name, add_arguments, run)`` entry in ``COMMANDS``; the heavy
-imports happen inside ``run`` so ``gluondet --help`` stays fast.
+Each command is a ``(name, help, add_arguments, run)`` entry in ``COMMANDS``; the
+heavy imports happen inside ``run`` so ``gluondet --help`` stays fast. ``export``,
+``infer`` and ``evaluate`` turn their flags into a call of
+:mod:`gluondet.deploy.infer`, which holds what they do.
 """
 import argparse
 import sys
@@ -20,9 +22,131 @@ def _demo(args):
     return 0
 
 
+def _data_shape(text):
+    """``--data-shape``: ``S`` or ``HEIGHT,WIDTH``."""
+    try:
+        values = tuple(int(v) for v in text.split(','))
+    except ValueError:
+        values = ()
+    if len(values) not in (1, 2) or min(values) < 1:
+        raise argparse.ArgumentTypeError('expected a size S or HEIGHT,WIDTH, got %r' % text)
+    return values * (3 - len(values))
+
+
+def _classes(text):
+    return tuple(name.strip() for name in text.split(',') if name.strip())
+
+
+def _model_arguments(parser):
+    add = parser.add_argument
+    add('--model', required=True,
+        help='a model zoo name (with --params or --pretrained), a training output '
+             'PREFIX_best.params (its json beside), a symbol PREFIX, a .onnx file or a TensorRT '
+             '.engine file (its json beside)')
+    add('--backend', choices=('mxnet', 'onnxruntime', 'tensorrt'),
+        help="default: the model's (mxnet for networks and symbols, onnxruntime for .onnx, "
+             'tensorrt for engines)')
+    _weights_arguments(parser)
+    add('--batch-size', type=int, help="images per batch (default: a fixed-batch model's batch, "
+                                       'else 8)')
+
+
+def _weights_arguments(parser):
+    add = parser.add_argument
+    add('--params', help='weights for a zoo name (gluondet or GluonCV .params)')
+    add('--pretrained', action='store_true', help="the zoo name's published weights")
+    add('--data-shape', type=_data_shape,
+        help="input size S or HEIGHT,WIDTH (default: the model's)")
+    add('--classes', type=_classes,
+        help="comma-separated class names, for a model that does not record them")
+
+
+def _export_arguments(parser):
+    add = parser.add_argument
+    add('--network', required=True,
+        help='a model zoo name (with --params or --pretrained) or a training output '
+             'PREFIX_best.params (its json beside)')
+    _weights_arguments(parser)
+    add('--format', dest='fmt', default='onnx', choices=('symbol', 'onnx', 'tensorrt'),
+        help='symbol: PREFIX-symbol.json, PREFIX-0000.params, PREFIX-meta.json; onnx: one .onnx '
+             'file; tensorrt: an .engine file, the .onnx it is built from and a .json beside')
+    add('-o', '--output', required=True, help='symbol: a path prefix; onnx: FILE.onnx; '
+                                              'tensorrt: FILE.engine')
+    add('--batch-size', type=int,
+        help='fixed batch of an ONNX model or engine (default 1); with --dynamic-batch, the '
+             'largest batch of an engine (default 8)')
+    add('--dynamic-batch', action='store_true', help='an ONNX model or engine for any batch size')
+    add('--precision', choices=('fp32', 'fp16', 'int8'), help='tensorrt: default fp32')
+    add('--calibration-images', help='int8: a folder of images like those the model will see')
+    add('--calibration-batches', type=int, help='int8: batches to calibrate with (default all)')
+    add('--calibration-cache', help='int8: calibration cache file, reused if it exists')
+
+
+def _export(args):
+    from .deploy import infer
+    return infer.run_command(
+        'export', infer.export_model, network=args.network, output=args.output, fmt=args.fmt,
+        params=args.params, pretrained=args.pretrained, classes=args.classes,
+        data_shape=args.data_shape, batch_size=args.batch_size,
+        dynamic_batch=args.dynamic_batch, precision=args.precision,
+        calibration_images=args.calibration_images,
+        calibration_batches=args.calibration_batches, calibration_cache=args.calibration_cache)
+
+
+def _infer_arguments(parser):
+    _model_arguments(parser)
+    add = parser.add_argument
+    add('--images', required=True, help='an image file or a folder of images')
+    add('--output', default='detections.json',
+        help='COCO results json (image ids are named in OUTPUT_images.json beside it)')
+    add('--kitti-labels', help='folder for one KITTI label file per image')
+    add('--visualize', help='folder for the images with their detections drawn')
+    add('--threshold', type=float, default=0.3, help='least score of a drawn box')
+
+
+def _infer(args):
+    from .deploy import infer
+    return infer.run_command(
+        'infer', infer.infer, model=args.model, images=args.images, output=args.output,
+        backend=args.backend, params=args.params, pretrained=args.pretrained,
+        data_shape=args.data_shape, classes=args.classes, batch_size=args.batch_size,
+        kitti_labels=args.kitti_labels, visualize=args.visualize, threshold=args.threshold)
+
+
+def _evaluate_arguments(parser):
+    _model_arguments(parser)
+    add = parser.add_argument
+    add('--dataset', required=True, choices=('voc', 'coco', 'kitti'),
+        help='labelled with the classes of the model')
+    add('--dataset-root', help='VOCdevkit, VOC or LabelImg folder; COCO root (GluonCV layout); '
+                               'KITTI folder')
+    add('--split', help='voc: a split list name (default val; in a VOCdevkit 2007_test); coco: '
+                        'annotation file name (default instances_val2017); kitti: subfolder '
+                        '(default val)')
+    add('--annotation-file', help='coco: a COCO json (instead of --dataset-root)')
+    add('--image-root', help="coco: the folder the json's file names are relative to "
+                             "(default: the json's folder)")
+
+
+def _evaluate(args):
+    from .deploy import infer
+    return infer.run_command(
+        'evaluate', infer.evaluate_model, model=args.model, dataset=args.dataset,
+        dataset_root=args.dataset_root, split=args.split, annotation_file=args.annotation_file,
+        image_root=args.image_root, backend=args.backend, params=args.params,
+        pretrained=args.pretrained, data_shape=args.data_shape, classes=args.classes,
+        batch_size=args.batch_size)
+
+
 COMMANDS = [
     ('demo', 'train the small SSD on the embedded demo data and print its mAP',
      _demo_arguments, _demo),
+    ('export', 'export a detector as an MXNet symbol, an ONNX model or a TensorRT engine',
+     _export_arguments, _export),
+    ('infer', 'detect objects in images: COCO json, KITTI labels, drawn images',
+     _infer_arguments, _infer),
+    ('evaluate', 'VOC07 mAP (and COCO metrics) of a detector on a dataset',
+     _evaluate_arguments, _evaluate),
 ]
 
 

@@ -1,0 +1,419 @@
+"""What ``gluondet export``, ``gluondet infer`` and ``gluondet evaluate`` do.
+
+Output formats of :func:`infer`:
+
+- ``--output detections.json``: COCO results, ``[{image_id, category_id, bbox:
+  [x, y, w, h], score}]``, what ``pycocotools``' ``COCO.loadRes`` and
+  :func:`gluondet.metrics.coco_evaluate` read. ``image_id`` is the image's
+  1-based position in the sorted input list (an int, as COCO tools expect; an
+  unreadable image leaves its number unused, so ids do not depend on which
+  files could be read). ``category_id`` is the 1-based index into the model's
+  classes. ``bbox`` is written with
+  :func:`gluondet.data.coco.xyxy_to_coco` (``x = xmin + 1``, ``w = xmax -
+  xmin``), the inverse of how gluondet reads COCO boxes, so reading the
+  results back gives the detected boxes exactly.
+- beside it, ``detections_images.json``: a COCO dataset file (``images`` with
+  id, file name relative to the image folder, width and height;
+  ``categories``; no annotations) naming those ids, so that
+  ``COCO('detections_images.json').loadRes('detections.json')`` works, and ids
+  can be matched to another json's by file name.
+- ``--kitti-labels DIR``: one ``{image stem}.txt`` per image (empty if nothing
+  was found), a line per detection, ``Class 0 0 0 x1 y1 x2 y2 0 0 0 0 0 0 0
+  score``, boxes in 0-based pixels as KITTI's, spaces in class names as ``_``.
+- ``--visualize DIR``: each image under its own file name, with the boxes
+  scoring at least ``--threshold``, class names and scores drawn.
+
+The json and KITTI outputs hold every detection the model returns (its own
+score threshold is 0.01); only the drawing applies ``--threshold``. Every file
+is written to a temporary name and renamed.
+"""
+import json
+import os
+import sys
+
+import numpy as np
+from tqdm import tqdm
+
+from ..data import COCODetection, KITTIDetection, VOCDetection
+from ..data.coco import xyxy_to_coco
+from ..data.voc import infer_layout
+from ..engine.checkpoint import atomic_write_text
+from ..metrics import COCODetectionMetric, VOC07MApMetric
+from ..metrics.coco_eval import format_summary
+from ..tools.visualize import draw_boxes, save_image
+from .predictor import (ENGINE_EXTENSIONS, Predictor, list_images, load_network, metadata_path,
+                        model_metadata)
+from .symbol import export_symbol
+from .tensorrt import CalibrationBatches, build_engine
+
+__all__ = ['FORMATS', 'DATASETS', 'export_model', 'infer', 'evaluate', 'evaluate_model',
+           'coco_results', 'kitti_lines', 'run_command']
+
+FORMATS = ('symbol', 'onnx', 'tensorrt')
+DATASETS = ('voc', 'coco', 'kitti')
+DYNAMIC_MAX_BATCH = 8   # largest batch of a dynamic-batch engine unless told
+USER_ERRORS = (ValueError, OSError, ImportError)
+
+
+def run_command(name, function, **kwargs):
+    """Call ``function(**kwargs)``; print a bad input's error in one line instead of a trace.
+
+    Returns
+    -------
+    int
+        The exit code: 0, or 1 after ValueError (bad data included), OSError or ImportError.
+    """
+    try:
+        function(**kwargs)
+    except USER_ERRORS as err:
+        print('gluondet %s: error: %s' % (name, err), file=sys.stderr)
+        return 1
+    return 0
+
+
+def _write_json(path, data):
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    atomic_write_text(path, json.dumps(data))
+
+
+# ---------------------------------------------------------------- export
+
+def _check_export(fmt, output, batch_size, dynamic_batch, precision, calibration):
+    if fmt not in FORMATS:
+        raise ValueError('format must be one of %s, got %r' % (', '.join(FORMATS), fmt))
+    if batch_size is not None and batch_size < 1:
+        raise ValueError('batch size must be positive, got %d' % batch_size)
+    lower = output.lower()
+    if fmt == 'symbol':
+        if lower.endswith(('.json', '.params')):
+            raise ValueError('a symbol export takes a path prefix (writes PREFIX-symbol.json, '
+                             'PREFIX-0000.params, PREFIX-meta.json), got %s' % output)
+        if batch_size is not None or dynamic_batch:
+            raise ValueError('an MXNet symbol takes any batch: no batch size or dynamic batch')
+    elif fmt == 'onnx':
+        if not lower.endswith('.onnx'):
+            raise ValueError('the ONNX model file must end with .onnx, got %s' % output)
+        if batch_size is not None and dynamic_batch:
+            raise ValueError('an ONNX model has a fixed batch size or a dynamic batch, not both')
+    elif not lower.endswith(ENGINE_EXTENSIONS):
+        raise ValueError('the TensorRT engine file must end with %s, got %s'
+                         % (' or '.join(ENGINE_EXTENSIONS), output))
+    if fmt != 'tensorrt' and (precision is not None or any(v is not None for v in calibration)):
+        raise ValueError('precision and calibration settings are for the tensorrt format')
+    if precision not in (None, 'int8') and any(v is not None for v in calibration):
+        raise ValueError('calibration settings are for int8 precision')
+
+
+def export_model(network, output, fmt='onnx', params=None, pretrained=False, classes=None,
+                 data_shape=None, batch_size=None, dynamic_batch=False, precision=None,
+                 calibration_images=None, calibration_batches=None, calibration_cache=None):
+    """Export a network as an MXNet symbol, an ONNX model or a TensorRT engine.
+
+    Each artifact carries what :meth:`Predictor.from_model` needs to run it:
+    the ONNX model in its metadata, the symbol in ``PREFIX-meta.json``, the
+    engine in the json of its stem (``model.engine`` -> ``model.json``, see
+    :func:`~gluondet.deploy.predictor.model_metadata`).
+
+    Parameters
+    ----------
+    network : str
+        A model zoo name, or a training output ``.params`` (its json beside).
+    output : str
+        Symbol: a path prefix. ONNX: a ``.onnx`` file. TensorRT: a ``.engine``
+        (``.plan``, ``.trt``) file; the ONNX model it is built from is written
+        beside it first (``model.engine`` -> ``model.onnx``).
+    fmt : {'symbol', 'onnx', 'tensorrt'}
+    params, pretrained, classes, data_shape
+        See :func:`~gluondet.deploy.predictor.load_network`.
+    batch_size : int, optional
+        ONNX and TensorRT: the fixed batch (default 1); with ``dynamic_batch``
+        the largest batch of an engine (default 8). A symbol takes any batch.
+    dynamic_batch : bool
+        ONNX and TensorRT: take batches of any size (engines: up to ``batch_size``).
+    precision : {'fp32', 'fp16', 'int8'}, optional
+        TensorRT only (default fp32).
+    calibration_images, calibration_batches, calibration_cache
+        int8 only: a folder of images preprocessed as in validation, how many
+        batches to use (default all), and a cache file (reused if it exists).
+
+    Returns
+    -------
+    list of str
+        The files written.
+
+    Raises
+    ------
+    ImportError
+        For the tensorrt format without TensorRT and a GPU (after writing the ONNX model).
+    """
+    calibration = (calibration_images, calibration_batches, calibration_cache)
+    _check_export(fmt, output, batch_size, dynamic_batch, precision, calibration)
+    net, info = load_network(network, params, pretrained, classes, data_shape)
+    shape = info['data_shape']
+    os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
+    if fmt == 'symbol':
+        files = list(export_symbol(net, output, shape))
+        meta = metadata_path(output)
+        _write_json(meta, model_metadata(net, info['network'], shape))
+        return files + [meta]
+    from .onnx import export_onnx   # needs the onnx package
+    if fmt == 'onnx':
+        batch = batch_size or 1
+        export_onnx(net, output, shape, batch, dynamic_batch,
+                    metadata=model_metadata(net, info['network'], shape,
+                                            None if dynamic_batch else batch))
+        return [output]
+
+    batch = batch_size or (DYNAMIC_MAX_BATCH if dynamic_batch else 1)
+    precision = precision or 'fp32'
+    calibrator = None
+    if precision == 'int8':     # before exporting: bad images or a missing cache fail first
+        calibrator = CalibrationBatches(calibration_images, data_shape=shape[::-1],
+                                        batch_size=batch, num_batches=calibration_batches,
+                                        cache_path=calibration_cache)
+    onnx_path = os.path.splitext(output)[0] + '.onnx'
+    fixed = None if dynamic_batch else batch
+    export_onnx(net, onnx_path, shape, batch, dynamic_batch,
+                metadata=model_metadata(net, info['network'], shape, fixed))
+    try:
+        build_engine(onnx_path, output, precision, max_batch_size=batch,
+                     dynamic_batch=dynamic_batch, calibrator=calibrator)
+    except ImportError as err:
+        raise ImportError('the ONNX model is written to %s, but the TensorRT engine cannot be '
+                          'built here: %s' % (onnx_path, err)) from err
+    meta = metadata_path(output)
+    _write_json(meta, model_metadata(net, info['network'], shape, fixed, precision=precision,
+                                     max_batch_size=batch))
+    return [onnx_path, output, meta]
+
+
+# ---------------------------------------------------------------- infer
+
+def coco_results(image_id, detections):
+    """COCO results rows of one image's :class:`~gluondet.deploy.predictor.Detections`.
+
+    ``category_id`` is the class index + 1; ``bbox`` is ``xyxy_to_coco`` of the box.
+    """
+    bboxes = xyxy_to_coco(detections.boxes).tolist()
+    return [{'image_id': image_id, 'category_id': int(cls) + 1, 'bbox': bbox,
+             'score': float(score)}
+            for cls, bbox, score in zip(detections.ids, bboxes, detections.scores)]
+
+
+def kitti_lines(detections, classes):
+    """KITTI label lines ``Class 0 0 0 x1 y1 x2 y2 0 0 0 0 0 0 0 score`` of one image."""
+    names = [name.replace(' ', '_') for name in classes]
+    return ['%s 0 0 0 %.2f %.2f %.2f %.2f 0 0 0 0 0 0 0 %.4f' % ((names[cls],) + tuple(box)
+                                                                  + (score,))
+            for cls, box, score in zip(detections.ids, detections.boxes.tolist(),
+                                       detections.scores)]
+
+
+def _stem(path):
+    return os.path.splitext(os.path.basename(path))[0]
+
+
+def _check_unique_stems(paths):
+    seen = {}
+    for path in paths:
+        other = seen.setdefault(_stem(path), path)
+        if other != path:
+            raise ValueError('%s and %s would write the same KITTI label file %s.txt: rename '
+                             'one' % (other, path, _stem(path)))
+
+
+def infer(model, images, output='detections.json', backend=None, params=None, pretrained=False,
+          data_shape=None, classes=None, batch_size=None, kitti_labels=None, visualize=None,
+          threshold=0.3, progress=True):
+    """Detect objects in image files and write them (see the module docstring for formats).
+
+    Parameters
+    ----------
+    model, backend, params, pretrained, data_shape, classes
+        See :meth:`~gluondet.deploy.predictor.Predictor.from_model`.
+    images : str
+        An image file, or a folder of them (sorted by name, no subfolders).
+    output : str
+        The COCO results json; ``{stem}_images.json`` is written beside it.
+    batch_size : int, optional
+        See :meth:`~gluondet.deploy.predictor.Predictor.batch_size`.
+    kitti_labels, visualize : str, optional
+        Folders for KITTI label files and drawn images.
+    threshold : float
+        Least score of a drawn box.
+    progress : bool
+        Show a progress bar.
+
+    Returns
+    -------
+    dict
+        ``images`` (inputs), ``skipped`` (unreadable, as ``(path, problem)``),
+        ``detections`` (count) and ``files`` (the json files written).
+    """
+    predictor = Predictor.from_model(model, backend, params, pretrained, data_shape, classes)
+    paths = list_images(images)
+    root = images if os.path.isdir(images) else os.path.dirname(os.path.abspath(images))
+    if kitti_labels:
+        _check_unique_stems(paths)
+    for folder in (kitti_labels, visualize):
+        if folder:
+            os.makedirs(folder, exist_ok=True)
+    stream = predictor.predict(paths, batch_size, progress=progress)
+    results, entries = [], []
+    for item in stream:
+        image_id = item.index + 1
+        height, width = item.image.shape[:2]
+        entries.append({'id': image_id, 'file_name': os.path.relpath(item.source, root),
+                        'width': width, 'height': height})
+        found = item.detections
+        results.extend(coco_results(image_id, found))
+        if kitti_labels:
+            lines = kitti_lines(found, predictor.classes)
+            atomic_write_text(os.path.join(kitti_labels, _stem(item.source) + '.txt'),
+                              ''.join(line + '\n' for line in lines))
+        if visualize:
+            drawn = draw_boxes(item.image, found.boxes, found.ids, found.scores,
+                               predictor.classes, threshold=threshold)
+            save_image(os.path.join(visualize, os.path.basename(item.source)), drawn)
+    index = os.path.splitext(output)[0] + '_images.json'
+    _write_json(index, {'images': entries, 'annotations': [],
+                        'categories': [{'id': i + 1, 'name': name}
+                                       for i, name in enumerate(predictor.classes)]})
+    _write_json(output, results)
+    print('%s: %d detections in %d images written to %s (image ids in %s)%s'
+          % (predictor.backend, len(results), len(entries), output, index,
+             '; %d unreadable images skipped' % len(stream.skipped) if stream.skipped else ''))
+    return {'images': len(paths), 'skipped': list(stream.skipped), 'detections': len(results),
+            'files': [output, index]}
+
+
+# ---------------------------------------------------------------- evaluate
+
+def evaluate(predictor, dataset, metrics, batch_size=None, progress=False):
+    """Run ``predictor`` on every item of ``dataset`` and update each metric with it.
+
+    Parameters
+    ----------
+    predictor : Predictor
+    dataset : DetectionDataset
+        Items ``(image, label)``, label ``N x 6`` in the image's pixels, class
+        ids in the predictor's classes.
+    metrics : list
+        Metrics with GluonCV's ``update(pred_bboxes, pred_labels, pred_scores,
+        gt_bboxes, gt_labels, gt_difficults)``, updated one image at a time in
+        the dataset's order.
+    batch_size : int, optional
+        See :meth:`Predictor.batch_size`.
+    progress : bool
+        Show a progress bar.
+    """
+    size = predictor.batch_size(batch_size)
+    with tqdm(total=len(dataset), disable=not progress, unit='image',
+              desc='evaluate (%s)' % predictor.backend) as bar:
+        for start in range(0, len(dataset), size):
+            items = [dataset[i] for i in range(start, min(start + size, len(dataset)))]
+            found = predictor.detect([image for image, _ in items], size)
+            for detections, (_, label) in zip(found, items):
+                label = np.asarray(label, np.float32)[None]
+                for metric in metrics:
+                    metric.update(detections.boxes[None], detections.ids[None],
+                                  detections.scores[None], label[:, :, :4], label[:, :, 4:5],
+                                  label[:, :, 5:6])
+            bar.update(len(items))
+
+
+def _voc_splits(root, split):
+    """VOCDetection splits from ``--split`` (comma-separated; ``2007_test`` in a devkit)."""
+    names = [s.strip() for s in (split or '').split(',') if s.strip()]
+    layout = infer_layout(root, None)
+    if layout == 'devkit':
+        pairs = []
+        for name in names or ['2007_test']:
+            year, _, part = name.partition('_')
+            if not (year.isdigit() and part):
+                raise ValueError('a VOCdevkit split is YEAR_NAME, such as 2007_test; got %r'
+                                 % name)
+            pairs.append((int(year), part))
+        return pairs
+    if layout == 'folder':
+        return names or ['val']
+    return names or None
+
+
+def eval_dataset(dataset, classes, dataset_root=None, split=None, annotation_file=None,
+                 image_root=None):
+    """The evaluation dataset ``gluondet evaluate`` names, labelled with ``classes``.
+
+    voc: ``dataset_root`` is a VOCdevkit (``--split`` default ``2007_test``), a
+    VOC folder (default ``val``) or a LabelImg folder. coco: an
+    ``annotation_file`` with ``image_root`` (default: the json's folder), or
+    ``dataset_root`` in GluonCV's layout (default ``instances_val2017``).
+    kitti: ``dataset_root`` with ``{split}/image_2`` and ``label_2`` (default
+    ``val``), or those folders directly; KITTI types are matched to the class
+    names. Images without boxes are kept.
+    """
+    if dataset not in DATASETS:
+        raise ValueError('dataset must be one of %s, got %r' % (', '.join(DATASETS), dataset))
+    if dataset == 'coco' and annotation_file:
+        return COCODetection(annotation_file=annotation_file, skip_empty=False, classes=classes,
+                             image_root=image_root or os.path.dirname(
+                                 os.path.abspath(annotation_file)))
+    if annotation_file or image_root:
+        raise ValueError('annotation_file and image_root go with the coco dataset')
+    if not dataset_root:
+        raise ValueError('the %s dataset needs its folder (dataset_root)' % dataset)
+    root = os.path.expanduser(dataset_root)
+    if dataset == 'voc':
+        return VOCDetection(root, splits=_voc_splits(root, split), classes=classes)
+    if dataset == 'coco':
+        return COCODetection(root, splits=split or 'instances_val2017', skip_empty=False,
+                             classes=classes)
+    return KITTIDetection(root, split=split or 'val', class_mapping={c: c for c in classes},
+                          classes=classes)
+
+
+def evaluate_model(model, dataset, dataset_root=None, split=None, annotation_file=None,
+                   image_root=None, backend=None, params=None, pretrained=False, data_shape=None,
+                   classes=None, batch_size=None, progress=True):
+    """Evaluate a model on a dataset and print the results.
+
+    Prints the VOC07 mAP (IoU 0.5, 11-point) with each class's AP and, for
+    COCO data, the 12 COCO box numbers.
+
+    Parameters
+    ----------
+    model, backend, params, pretrained, data_shape, classes
+        See :meth:`~gluondet.deploy.predictor.Predictor.from_model`.
+    dataset, dataset_root, split, annotation_file, image_root
+        See :func:`eval_dataset`; the dataset is labelled with the model's classes.
+    batch_size : int, optional
+    progress : bool
+
+    Returns
+    -------
+    dict
+        ``mAP`` and ``AP/<class>`` (VOC07), and for COCO data ``coco`` (the 12
+        numbers by name).
+    """
+    predictor = Predictor.from_model(model, backend, params, pretrained, data_shape, classes)
+    data = eval_dataset(dataset, predictor.classes, dataset_root, split, annotation_file,
+                        image_root)
+    voc = VOC07MApMetric(iou_thresh=0.5, class_names=predictor.classes)
+    metrics = [voc]
+    if dataset == 'coco':
+        coco = COCODetectionMetric(data)
+        metrics.append(coco)
+    evaluate(predictor, data, metrics, batch_size, progress)
+    names, values = voc.get()
+    result = {'AP/' + name: float(value) for name, value in zip(names[:-1], values[:-1])}
+    result['mAP'] = float(values[-1])
+    print('VOC07 mAP (IoU 0.5) of %s (%s) on %d images: %.4f'
+          % (model, predictor.backend, len(data), result['mAP']))
+    width = max(len(name) for name in predictor.classes)
+    for name in predictor.classes:
+        print('  %-*s %.4f' % (width, name, result['AP/' + name]))
+    if dataset == 'coco':
+        coco.get()
+        result['coco'] = dict(coco.stats)
+        print('COCO box metrics:\n' + format_summary(coco.stats))
+    return result
