@@ -94,7 +94,7 @@ def test_export_refuses_what_it_cannot_do(trained_model, tmp_path, capsys, argv,
 
 # ---------------------------------------------------------------- infer
 
-def test_infer_writes_coco_kitti_and_drawings(trained_model, small, tmp_path, caplog):
+def test_infer_writes_coco_kitti_and_drawings(trained_model, small, tmp_path, caplog, capsys):
     params = trained_model[0]
     images = tmp_path / 'images'
     images.mkdir()
@@ -106,6 +106,9 @@ def test_infer_writes_coco_kitti_and_drawings(trained_model, small, tmp_path, ca
                  str(out / 'det.json'), '--kitti-labels', str(out / 'kitti'), '--visualize',
                  str(out / 'drawn'), '--threshold', '0.3', '--batch-size', '2']) == 0
     assert 'zz_broken.jpg' in caplog.text
+    printed = capsys.readouterr().out
+    assert '3 images written to %s' % (out / 'det.json') in printed
+    assert 'unreadable images skipped: 1' in printed
 
     with open(str(out / 'det.json')) as f:
         results = json.load(f)

@@ -242,6 +242,8 @@ def test_model_sources_and_their_errors(trained_model, tmp_path):
         Predictor.from_model(NETWORK)
     with pytest.raises(ValueError, match='trained as ssd_160_mobilenet0.5_custom, not'):
         Predictor.from_model('ssd_300_mobilenet0.25_custom', params=params)
+    with pytest.raises(FileNotFoundError, match='no model at .*expected a .params, .onnx'):
+        Predictor.from_model(str(tmp_path / 'missing'))
     with pytest.raises(ValueError, match='unknown model'):
         Predictor.from_model('ssd_160_mobilenet0.5_cstom', params=params)
     with pytest.raises(ValueError, match='has classes .* but .* was given'):

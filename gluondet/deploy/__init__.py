@@ -4,10 +4,11 @@
 (``pip install gluondet[onnx]``); they are imported on first use.
 """
 from .compare import DetectionComparison, compare_detections
+from .predictor import Detections, Predictor, load_network
 from .symbol import export_symbol
 
 __all__ = ['export_symbol', 'export_onnx', 'UnsupportedOperatorError', 'compare_detections',
-           'DetectionComparison']
+           'DetectionComparison', 'Predictor', 'Detections', 'load_network']
 
 _ONNX_NAMES = ('export_onnx', 'UnsupportedOperatorError')
 

@@ -282,7 +282,7 @@ def infer(model, images, output='detections.json', backend=None, params=None, pr
     _write_json(output, results)
     print('%s: %d detections in %d images written to %s (image ids in %s)%s'
           % (predictor.backend, len(results), len(entries), output, index,
-             '; %d unreadable images skipped' % len(stream.skipped) if stream.skipped else ''))
+             '; unreadable images skipped: %d' % len(stream.skipped) if stream.skipped else ''))
     return {'images': len(paths), 'skipped': list(stream.skipped), 'detections': len(results),
             'files': [output, index]}
 

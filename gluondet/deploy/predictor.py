@@ -602,6 +602,10 @@ class Predictor:
             classes = _agree(getattr(model, 'classes', None), classes, 'classes', name)
             return cls(MXNetRunner(model, ctx), classes, shape, 'mxnet')
         if kind == 'zoo':
+            if os.sep in model and not model.lower().endswith('.params'):
+                raise FileNotFoundError('no model at %s: expected a .params, .onnx or engine '
+                                        'file, or a symbol prefix (%s-symbol.json)'
+                                        % (model, model))
             net, info = load_network(model, params, pretrained, classes, shape, ctx)
             return cls(MXNetRunner(net, ctx), info['classes'], info['data_shape'], 'mxnet')
         if params is not None or pretrained:
