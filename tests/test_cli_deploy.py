@@ -2,6 +2,7 @@
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 
@@ -140,6 +141,14 @@ def test_infer_writes_coco_kitti_and_drawings(trained_model, small, tmp_path, ca
         assert drawn.shape == item.image.shape
         assert np.abs(drawn.astype(int) - item.image).max() > 100
     assert sorted(os.listdir(str(out / 'kitti'))) == [n[:-4] + '.txt' for n in names[:3]]
+
+    broken = tmp_path / 'broken'
+    broken.mkdir()
+    shutil.copy(str(images / 'zz_broken.jpg'), str(broken / 'a.jpg'))
+    assert main(['infer', '--model', params, '--images', str(broken), '--output',
+                 str(out / 'none.json')]) == 1
+    assert 'none of the 1 images in %s could be read' % broken in capsys.readouterr().err
+    assert not os.path.exists(str(out / 'none.json'))
 
     pycocotools = pytest.importorskip('pycocotools.coco')
     loaded = pycocotools.COCO(str(out / 'det_images.json')).loadRes(str(out / 'det.json'))

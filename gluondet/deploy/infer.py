@@ -275,6 +275,8 @@ def infer(model, images, output='detections.json', backend=None, params=None, pr
             drawn = draw_boxes(item.image, found.boxes, found.ids, found.scores,
                                predictor.classes, threshold=threshold)
             save_image(os.path.join(visualize, os.path.basename(item.source)), drawn)
+    if not entries:
+        raise ValueError('none of the %d images in %s could be read' % (len(paths), images))
     index = os.path.splitext(output)[0] + '_images.json'
     _write_json(index, {'images': entries, 'annotations': [],
                         'categories': [{'id': i + 1, 'name': name}
