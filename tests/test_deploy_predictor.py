@@ -179,10 +179,10 @@ def test_boxes_are_those_of_validation(trained_model, bccd_root):
         assert got.boxes[:, 2].max() > DATA_SHAPE      # in the 640 x 480 image's pixels
 
 
-def test_rescale_leaves_negative_coordinates():
-    boxes = np.array([[[10, -2, 60, 40], [-1, -1, -1, -1]]], np.float32)
+def test_rescale_scales_coordinates_left_of_and_above_the_image_too():
+    boxes = np.array([[[10, -2, 60, 40]]], np.float32)
     got = rescale_boxes(boxes, np.array([[240, 320]], np.float32), (160, 120))
-    np.testing.assert_array_equal(got, [[[20, -2, 120, 80], [-1, -1, -1, -1]]])
+    np.testing.assert_array_equal(got, [[[20, -4, 120, 80]]])
 
 
 def test_static_batch_model_pads_and_refuses_other_batches(trained_model, images, tmp_path):

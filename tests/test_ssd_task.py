@@ -203,3 +203,16 @@ def test_script_resume_after_kill_9_in_epoch_2_equals_the_straight_run(tmp_path,
     assert read_manifest(resumed + name + '_last.json')['iteration'] == 18
     assert _max_diff(straight + name, resumed + name, 'params') <= 1e-6
     assert _max_diff(straight + name, resumed + name, 'states') <= 1e-6
+
+
+def test_detect_batches_scales_every_coordinate_of_a_detection_and_keeps_padding():
+    from gluondet.tasks.ssd import detect_batches
+
+    def net(images):
+        ids = mx.nd.array([[[0], [-1]]])
+        boxes = mx.nd.array([[[-3, 10, 50, 60], [-1, -1, -1, -1]]])
+        return ids, mx.nd.array([[[0.9], [-1]]]), boxes
+
+    batch = (mx.nd.zeros((1, 3, 8, 8)), mx.nd.zeros((1, 1, 6)), mx.nd.array([[200, 100]]))
+    _, _, boxes, _ = next(detect_batches(net, [batch], [mx.cpu()], (50, 100)))
+    np.testing.assert_allclose(boxes.asnumpy(), [[[-6, 20, 100, 120], [-1, -1, -1, -1]]])

@@ -166,9 +166,8 @@ def rescale_boxes(boxes, sizes, input_size):
     """Boxes from network input pixels to original image pixels, as validation rescales them.
 
     The numpy form of :func:`gluondet.tasks.ssd.detect_batches`' rescale, in
-    float32 like it: coordinates ``>= 0`` are multiplied by the image's scale;
-    negative ones (the -1 padding, and coordinates left of or above the image)
-    are left as they are.
+    float32 like it. Every row is scaled, padding rows too (callers drop those
+    by their id).
 
     Parameters
     ----------
@@ -187,8 +186,7 @@ def rescale_boxes(boxes, sizes, input_size):
     width, height = input_size
     sizes = np.asarray(sizes, np.float32)
     scale = np.stack([sizes[:, 1] / width, sizes[:, 0] / height] * 2, axis=1)
-    boxes = np.asarray(boxes, np.float32)
-    return np.where(boxes < 0, boxes, boxes * scale[:, None, :])
+    return np.asarray(boxes, np.float32) * scale[:, None, :]
 
 
 # ---------------------------------------------------------------- inputs

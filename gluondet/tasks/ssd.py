@@ -109,7 +109,8 @@ def detect_batches(net, loader, ctx_list, input_size):
             ids, scores, boxes = net(images)
             scale = mx.nd.stack(sizes[:, 1] / width, sizes[:, 0] / height,
                                 sizes[:, 1] / width, sizes[:, 0] / height, axis=1)
-            boxes = mx.nd.where(boxes < 0, boxes, mx.nd.broadcast_mul(boxes, scale.expand_dims(1)))
+            valid = mx.nd.broadcast_like(ids >= 0, boxes)  # -1 padding rows stay -1
+            boxes = mx.nd.where(valid, mx.nd.broadcast_mul(boxes, scale.expand_dims(1)), boxes)
             yield ids, scores, boxes, labels
 
 
