@@ -4,7 +4,10 @@ The exported model takes ``data`` (``B x 3 x H x W`` float32, normalized as for 
 Gluon network) and returns ``ids``, ``scores`` (``B x K x 1``) and ``boxes``
 (``B x K x 4``, input pixels), the Gluon inference output. ``B`` is fixed to the
 ``batch_size`` of the export unless ``dynamic_batch``; ``H x W`` is always fixed
-(the anchors are constants of the graph), so a runtime must feed exactly that shape.
+(the anchors are constants of the graph). ONNX Runtime refuses any other input shape
+("Got invalid dimensions for input: data"): a caller with a static model must feed
+exactly ``batch_size`` images (the metadata key ``batch_size`` says which, null when
+dynamic).
 
 mx2onnx converts the body (features, predictors) at opset 13, with three corrections:
 MXNet's ``BatchNorm(fix_gamma=True)`` ignores ``gamma`` but mx2onnx keeps it;
@@ -72,7 +75,7 @@ def export_onnx(net, path, data_shape, batch_size=1, dynamic_batch=False, opset=
     if opset != OPSET:
         raise ValueError('export_onnx: only opset %d is supported, got %r' % (OPSET, opset))
     shape = input_shape(data_shape, batch_size)
-    symbol, params, anchors = ssd_body(net, data_shape, batch_size)
+    symbol, params, anchors = ssd_body(net, data_shape)
     graph = _convert_body(symbol, params, shape, dynamic_batch)
 
     nms = net.postprocess

@@ -8,8 +8,12 @@ corner boxes, no +1); the survivors keep that order, the first ``post_nms`` are
 returned, padded with -1 rows. The graph below does the same steps:
 
 1. ``TopK`` over the flattened ``B x (C * A)`` foreground probabilities gives the
-   candidates in that order (ONNX Runtime and MXNet both break ties by lower index);
-   only their boxes are decoded, with ``box_decode``'s operation order.
+   candidates in that order (ONNX Runtime's TopK puts tied values in index order, as
+   ``box_nms``'s stable sort does); only their boxes are decoded, with ``box_decode``'s
+   operation order. One difference remains: when equal scores straddle the
+   ``nms_topk`` cut, MXNet's ``topk`` (not stable) picks any of them, the graph the
+   first ones. Exact ties come from uniform image areas; at the cut they need more than
+   ``nms_topk`` candidates above ``score_thresh``.
 2. ``NonMaxSuppression`` gets each candidate's rank (``k, k-1, ..., 1``) as its score
    in its own class and 0 elsewhere: its per-class order is then the candidate order
    whatever its tie handling, its ``score > 0`` filter drops the other classes, and its
@@ -29,6 +33,7 @@ class GraphBuilder:
         self.prefix = prefix
         self.nodes = []
         self.initializers = []
+        self._constants = {}
         self._count = 0
 
     def _name(self, kind):
@@ -36,10 +41,13 @@ class GraphBuilder:
         return '%s/%s_%d' % (self.prefix, kind, self._count)
 
     def const(self, array, dtype=None):
-        """An initializer holding ``array``; returns its name."""
-        name = self._name('const')
-        self.initializers.append(numpy_helper.from_array(np.asarray(array, dtype=dtype), name))
-        return name
+        """An initializer holding ``array`` (one per distinct value); returns its name."""
+        array = np.asarray(array, dtype=dtype)
+        key = (array.dtype.str, array.shape, array.tobytes())
+        if key not in self._constants:
+            self._constants[key] = self._name('const')
+            self.initializers.append(numpy_helper.from_array(array, self._constants[key]))
+        return self._constants[key]
 
     def op(self, op_type, inputs, num_outputs=1, outputs=None, **attrs):
         """Add a node; returns its output name, or a list of names if ``num_outputs > 1``.

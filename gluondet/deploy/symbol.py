@@ -51,15 +51,15 @@ def export_symbol(net, prefix, data_shape, batch_size=1):
     return prefix + '-symbol.json', prefix + '-0000.params'
 
 
-def ssd_body(net, data_shape, batch_size=1):
+def ssd_body(net, data_shape):
     """An SSD up to its post-processing: the symbol of its training-mode outputs.
 
     Parameters
     ----------
     net : :class:`gluondet.model_zoo.ssd.SSD`
         An initialized SSD.
-    data_shape, batch_size
-        The input the anchors are computed for (see :func:`export_symbol`).
+    data_shape : int or (int, int)
+        The input height and width the anchors are computed for.
 
     Returns
     -------
@@ -80,8 +80,7 @@ def ssd_body(net, data_shape, batch_size=1):
                mx.sym.identity(box_preds, name='box_preds')]
     block = gluon.SymbolBlock(outputs + [anchors], data, params=net.collect_params())
     with autograd.predict_mode():
-        anchors = block(mx.nd.zeros(input_shape(data_shape, batch_size),
-                                    ctx=_context(net)))[2]
+        anchors = block(mx.nd.zeros(input_shape(data_shape), ctx=_context(net)))[2]
     symbol = mx.sym.Group(outputs)
     names = set(symbol.list_arguments()) | set(symbol.list_auxiliary_states())
     params = {p.name: p.data() for p in net.collect_params().values() if p.name in names}
