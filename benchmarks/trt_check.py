@@ -101,8 +101,8 @@ def main(argv=None):
 
     from gluondet.data.base import read_image
     from gluondet.deploy import compare_detections, export_onnx
-    from gluondet.deploy.tensorrt import CalibrationBatches, TensorRTRunner, build_engine, \
-        val_preprocess
+    from gluondet.deploy.calibration import CalibrationBatches, val_preprocess
+    from gluondet.deploy.tensorrt import TensorRTRunner, build_engine
     from gluondet.model_zoo import get_model, get_model_info
 
     os.makedirs(args.workdir, exist_ok=True)

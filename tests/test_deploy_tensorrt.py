@@ -1,4 +1,4 @@
-"""gluondet.deploy.tensorrt: everything short of building an engine, on CPU.
+"""gluondet.deploy.tensorrt and .calibration: everything short of building an engine, on CPU.
 
 Calibration batches (shapes, order, the validation preprocessing exactly,
 skipped images, the dropped last batch), the calibration cache, argument and
@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from gluondet.data.base import read_image
+from gluondet.deploy import calibration as cal
 from gluondet.deploy import tensorrt as gt
 from gluondet.tasks.ssd import SSDValTransform
 
@@ -72,7 +73,7 @@ def no_tensorrt(monkeypatch):
 # ---------------------------------------------------------------- calibration batches
 
 def test_batches_shape_dtype_contiguity_and_partial_batch_dropped(images):
-    batches = gt.CalibrationBatches(images, (WIDTH, HEIGHT), batch_size=3)
+    batches = cal.CalibrationBatches(images, (WIDTH, HEIGHT), batch_size=3)
     out = list(batches)
     assert len(out) == 2 and batches.num_yielded == 2 and batches.dropped == 1
     for batch in out:
@@ -83,7 +84,7 @@ def test_batches_shape_dtype_contiguity_and_partial_batch_dropped(images):
 
 
 def test_batches_are_exactly_the_validation_preprocessing(images):
-    out = np.concatenate(list(gt.CalibrationBatches(images, (WIDTH, HEIGHT), batch_size=2)))
+    out = np.concatenate(list(cal.CalibrationBatches(images, (WIDTH, HEIGHT), batch_size=2)))
     assert len(out) == 6
     for sample, path in zip(out, images):
         np.testing.assert_array_equal(sample, _expected(path))
@@ -91,8 +92,8 @@ def test_batches_are_exactly_the_validation_preprocessing(images):
 
 def test_num_batches_stops_reading(images, monkeypatch):
     read = []
-    monkeypatch.setattr(gt, 'read_image', lambda path: read.append(path) or read_image(path))
-    batches = gt.CalibrationBatches(images, (WIDTH, HEIGHT), batch_size=2, num_batches=2)
+    monkeypatch.setattr(cal, 'read_image', lambda path: read.append(path) or read_image(path))
+    batches = cal.CalibrationBatches(images, (WIDTH, HEIGHT), batch_size=2, num_batches=2)
     assert len(list(batches)) == 2 and batches.num_yielded == 2
     assert read == images[:4]
 
@@ -104,7 +105,7 @@ def test_unreadable_images_are_skipped_with_a_warning_and_counted(images, tmp_pa
     truncated.write_bytes(open(images[0], 'rb').read()[:200])
     missing = str(tmp_path / 'missing.png')
     paths = [images[0], str(not_image), images[1], str(truncated), missing, images[2]]
-    batches = gt.CalibrationBatches(paths, (WIDTH, HEIGHT), batch_size=3)
+    batches = cal.CalibrationBatches(paths, (WIDTH, HEIGHT), batch_size=3)
     with pytest.warns(UserWarning) as record:
         (batch,) = list(batches)
     messages = ' '.join(str(w.message) for w in record)
@@ -118,7 +119,7 @@ def test_unreadable_images_are_skipped_with_a_warning_and_counted(images, tmp_pa
 def test_too_few_readable_images_raise(images, tmp_path):
     bad = tmp_path / 'bad.jpg'
     bad.write_text('x')
-    batches = gt.CalibrationBatches(images[:2] + [str(bad)], (WIDTH, HEIGHT), batch_size=3)
+    batches = cal.CalibrationBatches(images[:2] + [str(bad)], (WIDTH, HEIGHT), batch_size=3)
     expected = r'2 of 3 images readable \(1 skipped\), batch_size is 3'
     with pytest.warns(UserWarning, match='bad.jpg'), pytest.raises(ValueError, match=expected):
         list(batches)
@@ -127,13 +128,13 @@ def test_too_few_readable_images_raise(images, tmp_path):
 def test_folder_of_images_sorted_and_filtered(images):
     folder = os.path.dirname(images[0])
     open(os.path.join(folder, 'labels.txt'), 'w').close()
-    batches = gt.CalibrationBatches(folder, WIDTH, batch_size=1)
+    batches = cal.CalibrationBatches(folder, WIDTH, batch_size=1)
     assert batches.paths == sorted(images) and batches.shape == (1, 3, WIDTH, WIDTH)
 
 
 def test_custom_preprocess_shape_is_checked(images):
-    batches = gt.CalibrationBatches(images, (WIDTH, HEIGHT), batch_size=2,
-                                    preprocess=lambda image: np.zeros((3, WIDTH, HEIGHT)))
+    batches = cal.CalibrationBatches(images, (WIDTH, HEIGHT), batch_size=2,
+                                     preprocess=lambda image: np.zeros((3, WIDTH, HEIGHT)))
     with pytest.raises(ValueError, match=r'im0\.jpg: preprocessing gave shape \(3, 48, 32\)'):
         list(batches)
 
@@ -149,28 +150,28 @@ def test_batches_argument_checks(images, kwargs, match):
     args = dict(images=images, data_shape=(WIDTH, HEIGHT), batch_size=2)
     args.update(kwargs)
     with pytest.raises(ValueError, match=match):
-        gt.CalibrationBatches(**args)
+        cal.CalibrationBatches(**args)
 
 
 def test_images_must_be_a_list_or_an_image_folder(tmp_path, images):
     with pytest.raises(ValueError, match='is not a folder'):
-        gt.CalibrationBatches(images[0], (WIDTH, HEIGHT))
+        cal.CalibrationBatches(images[0], (WIDTH, HEIGHT))
     (tmp_path / 'labels').mkdir()
     (tmp_path / 'labels' / 'a.xml').write_text('<annotation/>')
     with pytest.raises(ValueError, match='no image files'):
-        gt.CalibrationBatches(str(tmp_path / 'labels'), (WIDTH, HEIGHT))
+        cal.CalibrationBatches(str(tmp_path / 'labels'), (WIDTH, HEIGHT))
 
 
 # ---------------------------------------------------------------- calibration cache
 
 def test_cache_read_write_and_reuse_without_images(images, tmp_path):
     cache = str(tmp_path / 'calib.cache')
-    batches = gt.CalibrationBatches(images, (WIDTH, HEIGHT), cache_path=cache)
+    batches = cal.CalibrationBatches(images, (WIDTH, HEIGHT), cache_path=cache)
     assert batches.read_cache() is None
     batches.write_cache(memoryview(b'TRT-8601-EntropyCalibration2\ndata: 3c010a14\n'))
     assert batches.read_cache() == b'TRT-8601-EntropyCalibration2\ndata: 3c010a14\n'
     assert sorted(os.listdir(tmp_path)) == ['calib.cache', 'images']   # no temporary file left
-    reuse = gt.CalibrationBatches(cache_path=cache)                     # no images needed
+    reuse = cal.CalibrationBatches(cache_path=cache)                    # no images needed
     assert reuse.read_cache() == batches.read_cache() and reuse.shape is None
     with pytest.raises(ValueError, match='cache .* was missing or refused'):
         list(reuse)      # TensorRT asks for batches only if it refuses the cache
@@ -178,19 +179,19 @@ def test_cache_read_write_and_reuse_without_images(images, tmp_path):
 
 def test_no_images_and_no_cache_is_refused(tmp_path):
     with pytest.raises(ValueError, match='needs images, or an existing calibration cache'):
-        gt.CalibrationBatches(cache_path=str(tmp_path / 'absent.cache'))
+        cal.CalibrationBatches(cache_path=str(tmp_path / 'absent.cache'))
     empty = tmp_path / 'empty.cache'
     empty.write_bytes(b'')
     with pytest.raises(ValueError, match='no calibration cache at .*empty.cache'):
-        gt.CalibrationBatches(cache_path=str(empty))
+        cal.CalibrationBatches(cache_path=str(empty))
     with pytest.raises(ValueError, match='no cache_path'):
-        gt.CalibrationBatches([])
+        cal.CalibrationBatches([])
 
 
 def test_cache_write_is_atomic(tmp_path, monkeypatch):
     cache = tmp_path / 'calib.cache'
     cache.write_bytes(b'old')
-    batches = gt.CalibrationBatches(cache_path=str(cache))
+    batches = cal.CalibrationBatches(cache_path=str(cache))
 
     def fail(src, dst):
         raise OSError('disk full')
@@ -239,17 +240,17 @@ def fake_gpu(monkeypatch):
     trt.IInt8EntropyCalibrator2 = IInt8EntropyCalibrator2
     cudart = _FakeCudart()
     monkeypatch.setitem(sys.modules, 'tensorrt', trt)
-    monkeypatch.setattr(gt, '_import_cudart', lambda: cudart)
+    monkeypatch.setattr(cal, '_import_cudart', lambda: cudart)
     return cudart
 
 
 def test_calibrator_feeds_batches_to_the_device_then_stops(images, tmp_path, fake_gpu):
-    batches = gt.CalibrationBatches(images, (WIDTH, HEIGHT), batch_size=3,
-                                    cache_path=str(tmp_path / 'c.cache'))
-    calibrator = gt.make_calibrator(batches)
+    batches = cal.CalibrationBatches(images, (WIDTH, HEIGHT), batch_size=3,
+                                     cache_path=str(tmp_path / 'c.cache'))
+    calibrator = cal.make_calibrator(batches)
     assert calibrator.base_initialized and calibrator.get_batch_size() == 3
     assert calibrator.read_calibration_cache() is None
-    expected = list(gt.CalibrationBatches(images, (WIDTH, HEIGHT), batch_size=3))
+    expected = list(cal.CalibrationBatches(images, (WIDTH, HEIGHT), batch_size=3))
     for batch in expected:
         (ptr,) = calibrator.get_batch(['data'])
         on_device = np.frombuffer(ctypes.string_at(ptr, batch.nbytes), np.float32)
@@ -262,8 +263,8 @@ def test_calibrator_feeds_batches_to_the_device_then_stops(images, tmp_path, fak
 
 
 def test_calibrator_keeps_errors_for_build_engine(images, fake_gpu):
-    batches = gt.CalibrationBatches(images[:1], (WIDTH, HEIGHT), batch_size=2)
-    calibrator = gt.make_calibrator(batches)
+    batches = cal.CalibrationBatches(images[:1], (WIDTH, HEIGHT), batch_size=2)
+    calibrator = cal.make_calibrator(batches)
     assert calibrator.get_batch(['data']) is None
     assert isinstance(calibrator.error, ValueError) and 'no full calibration batch' in str(
         calibrator.error)
@@ -273,7 +274,7 @@ def test_calibrator_refused_where_tensorrt_dropped_it(images, fake_gpu):
     del sys.modules['tensorrt'].IInt8EntropyCalibrator2
     sys.modules['tensorrt'].__version__ = '11.0.0'
     with pytest.raises(RuntimeError, match='removed in TensorRT 11'):
-        gt.make_calibrator(gt.CalibrationBatches(images, (WIDTH, HEIGHT)))
+        cal.make_calibrator(cal.CalibrationBatches(images, (WIDTH, HEIGHT)))
 
 
 # ---------------------------------------------------------------- build checks, no tensorrt
@@ -325,17 +326,17 @@ def test_calibrator_checks(onnx_static, images, tmp_path, no_tensorrt):
     engine = str(tmp_path / 'm.engine')
     cache = tmp_path / 'c.cache'
     cache.write_bytes(b'scales')
-    from_cache = gt.CalibrationBatches(cache_path=str(cache))
+    from_cache = cal.CalibrationBatches(cache_path=str(cache))
     with pytest.raises(ValueError, match="only used with precision='int8', not 'fp16'"):
         gt.build_engine(onnx_static, engine, precision='fp16', calibrator=from_cache)
     cache.unlink()   # the cache went away after the calibrator was made
     with pytest.raises(ValueError, match='no calibration cache at'):
         gt.build_engine(onnx_static, engine, precision='int8', calibrator=from_cache)
-    wrong_size = gt.CalibrationBatches(images, (HEIGHT, WIDTH), batch_size=1)
+    wrong_size = cal.CalibrationBatches(images, (HEIGHT, WIDTH), batch_size=1)
     with pytest.raises(ValueError, match=r'N x 3x48x32 but the model input is N x 3x32x48: give '
                                          r'CalibrationBatches data_shape=\(48, 32\)'):
         gt.build_engine(onnx_static, engine, precision='int8', calibrator=wrong_size)
-    wrong_batch = gt.CalibrationBatches(images, (WIDTH, HEIGHT), batch_size=4)
+    wrong_batch = cal.CalibrationBatches(images, (WIDTH, HEIGHT), batch_size=4)
     with pytest.raises(ValueError, match='fixed batch of 1: calibrate with batch_size=1, not 4'):
         gt.build_engine(onnx_static, engine, precision='int8', calibrator=wrong_batch)
 
@@ -368,7 +369,7 @@ def test_batch_plan_profiles(onnx_static, onnx_dynamic, images):
         ((1,) + chw, (4,) + chw, (8,) + chw), None)
     assert gt._batch_plan(dynamic, True, 8, None, None)[0][1] == (8,) + chw
     assert gt._batch_plan(dynamic, False, 2, None, None) == (((2,) + chw,) * 3, None)
-    calib = gt.CalibrationBatches(images, (WIDTH, HEIGHT), batch_size=5)
+    calib = cal.CalibrationBatches(images, (WIDTH, HEIGHT), batch_size=5)
     assert gt._batch_plan(dynamic, True, 8, None, calib)[1] == (5,) + chw
 
 
@@ -391,7 +392,7 @@ def test_tensorrt_absent_on_this_machine():
         import tensorrt  # noqa: F401
     except (ImportError, OSError):
         with pytest.raises(ImportError, match='NVIDIA GPU'):
-            gt._import_tensorrt()
+            cal._import_tensorrt()
     else:
         pytest.skip('tensorrt is installed here')
 
@@ -399,7 +400,7 @@ def test_tensorrt_absent_on_this_machine():
 def test_old_tensorrt_refused(monkeypatch):
     monkeypatch.setitem(sys.modules, 'tensorrt', SimpleNamespace(__version__='8.2.5.1'))
     with pytest.raises(ImportError, match='needs TensorRT >= 8.5, found 8.2.5.1'):
-        gt._import_tensorrt()
+        cal._import_tensorrt()
 
 
 # ---------------------------------------------------------------- platform, parser, batch checks

@@ -41,10 +41,11 @@ from ..engine.checkpoint import atomic_write_text
 from ..metrics import COCODetectionMetric, VOC07MApMetric
 from ..metrics.coco_eval import format_summary
 from ..tools.visualize import draw_boxes, save_image
+from .calibration import CalibrationBatches
 from .predictor import (ENGINE_EXTENSIONS, Predictor, list_images, load_network, metadata_path,
                         model_metadata)
 from .symbol import export_symbol
-from .tensorrt import CalibrationBatches, build_engine
+from .tensorrt import build_engine
 
 __all__ = ['FORMATS', 'DATASETS', 'export_model', 'infer', 'evaluate', 'evaluate_model',
            'coco_results', 'kitti_lines', 'run_command']

@@ -4,12 +4,13 @@ A runtime is wrapped as a *runner*: a callable ``runner(batch) -> (ids, scores,
 boxes)`` on a float32 ``N x 3 x H x W`` batch, returning numpy arrays as the
 network does (``N x K x 1``, ``N x K x 1``, ``N x K x 4``, boxes in input pixels,
 rows padded with -1), with an attribute ``batch_range = (smallest, largest)``
-batch it takes (``largest`` None: unbounded). :class:`MXNetRunner`,
-:class:`ONNXRuntimeRunner` and :class:`~gluondet.deploy.tensorrt.TensorRTRunner`
-are runners. :class:`Predictor` does the rest, the same for every runner: the
-validation preprocessing (:class:`~gluondet.tasks.ssd.SSDValTransform`), batching
-(padding a last batch smaller than the model takes), and boxes back in original
-image pixels.
+batch it takes (``largest`` None: unbounded).
+:class:`~gluondet.deploy.runners.MXNetRunner`,
+:class:`~gluondet.deploy.runners.ONNXRuntimeRunner` and
+:class:`~gluondet.deploy.tensorrt.TensorRTRunner` are runners. :class:`Predictor`
+does the rest, the same for every runner: the validation preprocessing
+(:class:`~gluondet.tasks.ssd.SSDValTransform`), batching (padding a last batch
+smaller than the model takes), and boxes back in original image pixels.
 
 Model sources (:meth:`Predictor.from_model`):
 
@@ -31,22 +32,22 @@ import json
 import logging
 import numbers
 import os
-import warnings
 
 import mxnet as mx
 import numpy as np
-from mxnet import autograd, gluon
+from mxnet import gluon
 from tqdm import tqdm
 
 from ..data import transforms as T
 from ..data.base import DatasetError, empty_label, read_image
 from ..model_zoo import get_model, get_model_info
 from ..tasks.ssd import SSDValTransform
-from .tensorrt import IMAGE_EXTENSIONS, OUTPUT_NAMES, TensorRTRunner
+from .calibration import IMAGE_EXTENSIONS
+from .runners import MXNetRunner, ONNXRuntimeRunner, _symbol_prefix, _symbol_runner
+from .tensorrt import TensorRTRunner
 
-__all__ = ['BACKENDS', 'Detections', 'Prediction', 'Predictions', 'Predictor', 'MXNetRunner',
-           'ONNXRuntimeRunner', 'list_images', 'load_network', 'metadata_path', 'model_metadata',
-           'rescale_boxes']
+__all__ = ['BACKENDS', 'Detections', 'Prediction', 'Predictions', 'Predictor', 'list_images',
+           'load_network', 'metadata_path', 'model_metadata', 'rescale_boxes']
 
 logger = logging.getLogger('gluondet.deploy')
 
@@ -71,93 +72,6 @@ source : the path given, or None for an array.
 image : the decoded ``H x W x 3`` uint8 RGB numpy image.
 detections : :class:`Detections`.
 """
-
-
-# ---------------------------------------------------------------- runners
-
-def _block_context(block):
-    for param in block.collect_params().values():
-        try:
-            return param.list_ctx()[0]
-        except RuntimeError:    # not initialized
-            continue
-    return mx.cpu()
-
-
-class MXNetRunner:
-    """A Gluon block (a model zoo network or an imported symbol) as a runner.
-
-    Parameters
-    ----------
-    block : HybridBlock
-        Takes ``data`` and returns ``(ids, scores, boxes)`` in inference mode.
-    ctx : Context, optional
-        Where the batch goes (default: where the block's parameters are).
-    """
-
-    batch_range = (1, None)
-
-    def __init__(self, block, ctx=None):
-        self.block = block
-        self.ctx = ctx or _block_context(block)
-
-    def __call__(self, batch):
-        with autograd.predict_mode():
-            outputs = self.block(mx.nd.array(batch, ctx=self.ctx))
-        return tuple(o.asnumpy() for o in outputs)
-
-
-class ONNXRuntimeRunner:
-    """An ONNX detector (``gluondet.deploy.onnx.export_onnx``) in ONNX Runtime, as a runner.
-
-    The session uses every graph optimization (``ORT_ENABLE_ALL``).
-
-    Parameters
-    ----------
-    path : str
-        The ``.onnx`` file.
-    providers : list of str, optional
-        ONNX Runtime execution providers (default: the CPU).
-
-    Attributes
-    ----------
-    input_shape : tuple of int
-        ``C, H, W`` of the input.
-    batch_range : (int, int or None)
-        ``(B, B)`` for a model exported with a fixed batch ``B``, else ``(1, None)``.
-    metadata : dict
-        The model's metadata, JSON-decoded (``classes``, ``data_shape``, ...).
-    """
-
-    def __init__(self, path, providers=None):
-        try:
-            import onnxruntime as ort
-        except ImportError as err:
-            raise ImportError('the onnxruntime backend needs `pip install onnxruntime`') from err
-        if not os.path.isfile(path):
-            raise FileNotFoundError('ONNX model not found: %s' % path)
-        options = ort.SessionOptions()
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        self.session = ort.InferenceSession(path, options,
-                                            providers=providers or ['CPUExecutionProvider'])
-        inputs = self.session.get_inputs()
-        outputs = [o.name for o in self.session.get_outputs()]
-        if len(inputs) != 1 or not set(OUTPUT_NAMES) <= set(outputs):
-            raise ValueError('%s has inputs %s and outputs %s; a gluondet detector has one input '
-                             'and outputs %s' % (path, [i.name for i in inputs], outputs,
-                                                 ', '.join(OUTPUT_NAMES)))
-        self.input_name = inputs[0].name
-        batch, *shape = inputs[0].shape
-        self.input_shape = tuple(shape)
-        self.batch_range = (batch, batch) if isinstance(batch, int) else (1, None)
-        props = self.session.get_modelmeta().custom_metadata_map
-        try:
-            self.metadata = {key: json.loads(value) for key, value in props.items()}
-        except ValueError as err:
-            raise ValueError('%s: metadata is not gluondet JSON (%s)' % (path, err)) from None
-
-    def __call__(self, batch):
-        return tuple(self.session.run(list(OUTPUT_NAMES), {self.input_name: batch}))
 
 
 # ---------------------------------------------------------------- boxes
@@ -634,23 +548,6 @@ class Predictor:
                          'classes', model)
         return cls(runner, classes, shape, needed, meta.get('mean', T.IMAGENET_MEAN),
                    meta.get('std', T.IMAGENET_STD))
-
-
-def _symbol_prefix(model):
-    return model[:-len('-symbol.json')] if model.lower().endswith('-symbol.json') else model
-
-
-def _symbol_runner(model, ctx):
-    prefix = _symbol_prefix(model)
-    params = prefix + '-0000.params'
-    if not os.path.isfile(params):
-        raise FileNotFoundError('symbol weights not found: %s' % params)
-    ctx = ctx or mx.cpu()
-    with warnings.catch_warnings():     # MXNet's note that it cannot tell the input's type
-        warnings.filterwarnings('ignore', 'Cannot decide type')
-        block = gluon.SymbolBlock.imports(prefix + '-symbol.json', ['data'], params, ctx=ctx)
-    block.hybridize()
-    return MXNetRunner(block, ctx)
 
 
 class Predictions:

@@ -1,0 +1,122 @@
+"""Runners for MXNet and ONNX Runtime: ``runner(batch) -> (ids, scores, boxes)``.
+
+:class:`MXNetRunner` runs a Gluon network or an imported MXNet symbol,
+:class:`ONNXRuntimeRunner` an exported ONNX model;
+:class:`~gluondet.deploy.tensorrt.TensorRTRunner` is the third runner. What a
+runner takes and returns is in :mod:`gluondet.deploy.predictor`, whose
+:class:`~gluondet.deploy.predictor.Predictor` runs them all the same way.
+"""
+import json
+import os
+import warnings
+
+import mxnet as mx
+from mxnet import autograd, gluon
+
+from .tensorrt import OUTPUT_NAMES
+
+__all__ = ['MXNetRunner', 'ONNXRuntimeRunner']
+
+
+def _block_context(block):
+    for param in block.collect_params().values():
+        try:
+            return param.list_ctx()[0]
+        except RuntimeError:    # not initialized
+            continue
+    return mx.cpu()
+
+
+class MXNetRunner:
+    """A Gluon block (a model zoo network or an imported symbol) as a runner.
+
+    Parameters
+    ----------
+    block : HybridBlock
+        Takes ``data`` and returns ``(ids, scores, boxes)`` in inference mode.
+    ctx : Context, optional
+        Where the batch goes (default: where the block's parameters are).
+    """
+
+    batch_range = (1, None)
+
+    def __init__(self, block, ctx=None):
+        self.block = block
+        self.ctx = ctx or _block_context(block)
+
+    def __call__(self, batch):
+        with autograd.predict_mode():
+            outputs = self.block(mx.nd.array(batch, ctx=self.ctx))
+        return tuple(o.asnumpy() for o in outputs)
+
+
+class ONNXRuntimeRunner:
+    """An ONNX detector (``gluondet.deploy.onnx.export_onnx``) in ONNX Runtime, as a runner.
+
+    The session uses every graph optimization (``ORT_ENABLE_ALL``).
+
+    Parameters
+    ----------
+    path : str
+        The ``.onnx`` file.
+    providers : list of str, optional
+        ONNX Runtime execution providers (default: the CPU).
+
+    Attributes
+    ----------
+    input_shape : tuple of int
+        ``C, H, W`` of the input.
+    batch_range : (int, int or None)
+        ``(B, B)`` for a model exported with a fixed batch ``B``, else ``(1, None)``.
+    metadata : dict
+        The model's metadata, JSON-decoded (``classes``, ``data_shape``, ...).
+    """
+
+    def __init__(self, path, providers=None):
+        try:
+            import onnxruntime as ort
+        except ImportError as err:
+            raise ImportError('the onnxruntime backend needs `pip install onnxruntime`') from err
+        if not os.path.isfile(path):
+            raise FileNotFoundError('ONNX model not found: %s' % path)
+        options = ort.SessionOptions()
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        self.session = ort.InferenceSession(path, options,
+                                            providers=providers or ['CPUExecutionProvider'])
+        inputs = self.session.get_inputs()
+        outputs = [o.name for o in self.session.get_outputs()]
+        if len(inputs) != 1 or not set(OUTPUT_NAMES) <= set(outputs):
+            raise ValueError('%s has inputs %s and outputs %s; a gluondet detector has one input '
+                             'and outputs %s' % (path, [i.name for i in inputs], outputs,
+                                                 ', '.join(OUTPUT_NAMES)))
+        self.input_name = inputs[0].name
+        batch, *shape = inputs[0].shape
+        self.input_shape = tuple(shape)
+        self.batch_range = (batch, batch) if isinstance(batch, int) else (1, None)
+        props = self.session.get_modelmeta().custom_metadata_map
+        try:
+            self.metadata = {key: json.loads(value) for key, value in props.items()}
+        except ValueError as err:
+            raise ValueError('%s: metadata is not gluondet JSON (%s)' % (path, err)) from None
+
+    def __call__(self, batch):
+        return tuple(self.session.run(list(OUTPUT_NAMES), {self.input_name: batch}))
+
+
+# ---------------------------------------------------------------- loading
+
+def _symbol_prefix(model):
+    return model[:-len('-symbol.json')] if model.lower().endswith('-symbol.json') else model
+
+
+def _symbol_runner(model, ctx):
+    prefix = _symbol_prefix(model)
+    params = prefix + '-0000.params'
+    if not os.path.isfile(params):
+        raise FileNotFoundError('symbol weights not found: %s' % params)
+    ctx = ctx or mx.cpu()
+    with warnings.catch_warnings():     # MXNet's note that it cannot tell the input's type
+        warnings.filterwarnings('ignore', 'Cannot decide type')
+        block = gluon.SymbolBlock.imports(prefix + '-symbol.json', ['data'], params, ctx=ctx)
+    block.hybridize()
+    return MXNetRunner(block, ctx)
