@@ -80,13 +80,12 @@ def export_onnx(net, path, data_shape, batch_size=1, dynamic_batch=False, opset=
 
     nms = net.postprocess
     post = GraphBuilder('postprocess')
-    add_ssd_postprocess(post, 'cls_preds', 'box_preds', anchors, net.num_classes,
-                        net.box_decoder.stds, nms.score_thresh, nms.nms_thresh, nms.nms_topk,
-                        nms.post_nms)
+    rows = add_ssd_postprocess(post, 'cls_preds', 'box_preds', anchors, net.num_classes,
+                               net.box_decoder.stds, nms.score_thresh, nms.nms_thresh,
+                               nms.nms_topk, nms.post_nms)
     graph.node.extend(post.nodes)
     graph.initializer.extend(post.initializers)
     batch = 'batch' if dynamic_batch else shape[0]
-    rows = nms.post_nms if nms.post_nms > 0 else net.num_classes * anchors.shape[1]
     del graph.output[:]
     graph.output.extend(helper.make_tensor_value_info(name, TensorProto.FLOAT, [batch, rows, n])
                         for name, n in (('ids', 1), ('scores', 1), ('boxes', 4)))

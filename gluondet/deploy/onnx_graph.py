@@ -97,7 +97,12 @@ def add_ssd_postprocess(g, cls_preds, box_preds, anchors, num_classes, stds, sco
         ``nms_topk > 0`` are required (the other settings have no NMS or no cap).
     outputs : 3 str
         Names of the outputs ``ids`` and ``scores`` ``B x K x 1`` and ``boxes``
-        ``B x K x 4``, ``K = post_nms`` (``C * A`` when ``post_nms <= 0``).
+        ``B x K x 4``.
+
+    Returns
+    -------
+    int
+        ``K``: ``post_nms``, or ``C * A`` when ``post_nms <= 0``.
     """
     if not 0 < nms_thresh < 1 or nms_topk <= 0:
         raise ValueError('ONNX export needs 0 < nms_thresh < 1 and nms_topk > 0 (set_nms), '
@@ -155,3 +160,4 @@ def add_ssd_postprocess(g, cls_preds, box_preds, anchors, num_classes, stds, sco
         rows = g.op('Pad', [rows, g.const([0, 0, 0, 0, out_rows - out_k, 0], np.int64),
                             g.const(-1, np.float32)])
     g.op('Split', [rows, g.const([1, 1, 4], np.int64)], 3, outputs=list(outputs), axis=2)
+    return out_rows
