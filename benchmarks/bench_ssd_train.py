@@ -14,13 +14,18 @@ disk, full SSD augmentation), each in its own process:
 - ``compute``: gluondet's forward (targets included) + backward + SGD step on
   batches staged in memory beforehand: no loading, no hooks.
 
+gluondet's processes get gluondet's OpenMP pool (every core on a machine
+without SMT, where MXNet's default takes half: ``gluondet/_compat.py``);
+GluonCV's runs with MXNet's default, as its users run it, or with
+``--gluoncv-omp-threads N``.
+
 Each loop times ``--steps`` steps after ``--warmup`` steps. The loops run in
 turn, ``--rounds`` times; a loop's figure is its median samples/s. Printed:
 gluondet / GluonCV (goal >= 1.25) and gluondet / compute (goal >= 0.95).
 
     .venv/bin/python benchmarks/bench_ssd_train.py [--network ssd_512_mobilenet1.0_voc]
         [--batch-size 4] [--steps 12] [--warmup 3] [--rounds 3]
-        [--gluoncv-workers 4] [--workers 0]
+        [--gluoncv-workers 4] [--workers 0] [--gluoncv-omp-threads 0]
 """
 import argparse
 import json
@@ -151,9 +156,9 @@ def run_gluondet(args):
 
 
 def run_compute(args):
+    from gluondet.engine import TrainData, split_batch  # first: it sets the OpenMP pool
     import mxnet as mx
     from mxnet import autograd, gluon
-    from gluondet.engine import TrainData, split_batch
     task = _task(args)
     config = _config(args, 'unused')
     net = task.build_net([mx.cpu()])
@@ -188,6 +193,9 @@ def parse_args(argv=None):
                         help="GluonCV loader worker processes (its train_ssd.py's default)")
     parser.add_argument('--workers', type=int, default=0,
                         help="gluondet's loader worker processes")
+    parser.add_argument('--gluoncv-omp-threads', type=int, default=0,
+                        help="OMP_NUM_THREADS for GluonCV's loop (0: MXNet's default, as its "
+                             "users run it; gluondet sets its own, see gluondet/_compat.py)")
     parser.add_argument('--role', choices=ROLES, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     args.images = (args.warmup + args.steps) * args.batch_size
@@ -207,17 +215,21 @@ def main(argv=None):
     argv = [a for a in (argv if argv is not None else sys.argv[1:])]
     for r in range(args.rounds):
         for role in ROLES:
+            env = dict(os.environ)
+            if role == 'gluoncv' and args.gluoncv_omp_threads:
+                env['OMP_NUM_THREADS'] = str(args.gluoncv_omp_threads)
             out = subprocess.run([sys.executable, __file__, '--role', role] + argv, check=True,
-                                 stdout=subprocess.PIPE, text=True).stdout
+                                 stdout=subprocess.PIPE, text=True, env=env).stdout
             result = json.loads(out.strip().splitlines()[-1])
             rates[role].append(result['samples_per_sec'])
             print('round %d %-8s %.3f samples/s' % (r + 1, role, result['samples_per_sec']),
                   flush=True)
     med = {role: statistics.median(v) for role, v in rates.items()}
     print('%s, batch %d, %d px, %d timed steps after %d, median of %d rounds; GluonCV %d '
-          'loader workers, gluondet %d' % (args.network, args.batch_size, args.data_shape,
-                                           args.steps, args.warmup, args.rounds,
-                                           args.gluoncv_workers, args.workers))
+          'loader workers, OMP threads %s; gluondet %d loader workers' % (
+              args.network, args.batch_size, args.data_shape, args.steps, args.warmup,
+              args.rounds, args.gluoncv_workers, args.gluoncv_omp_threads or 'default',
+              args.workers))
     for role in ROLES:
         print('%-8s %.3f samples/s' % (role, med[role]))
     print('gluondet / gluoncv  %.2f (goal >= 1.25)' % (med['gluondet'] / med['gluoncv']))
