@@ -74,6 +74,10 @@ class TrainLoop:
         self.hooks = list(hooks)
         for hook in self.hooks:
             hook.loop = self
+        # MXNet runs a step asynchronously. On GPUs the next batch loads meanwhile; on CPUs
+        # loading would take cores from the step's OpenMP threads and slow it by more than
+        # the loading costs, so it waits for the step.
+        self.overlap_loading = any(c.device_type == 'gpu' for c in runtime.ctx)
 
     def train(self):
         """Train from ``state`` to ``epochs``; ``after_train`` runs even on error."""
@@ -86,8 +90,8 @@ class TrainLoop:
                 while batch is not None:
                     self._call('before_step')
                     self.run_step(batch)
-                    # MXNet runs the step asynchronously: load the next batch meanwhile,
-                    # before the hooks wait for this step's losses.
+                    if not self.overlap_loading:
+                        nd.waitall()
                     batch = next(batches, None)
                     self.state.batch += 1
                     self.state.iteration += 1
