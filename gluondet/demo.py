@@ -47,7 +47,7 @@ TRAIN_SETTINGS = {
     'wd': 5e-4,
     'lr_mode': 'cosine',
     'warmup_epochs': 1,
-    'val_interval': 1,
+    'val_interval': 3,
     'save_interval': 0,
     'log_interval': 25,
 }

@@ -155,8 +155,9 @@ def test_onnx_model_checks_and_describes_itself(tmp_path, dynamic):
 
 
 ALL_CASES = (('static', 1), ('static', 4), ('dynamic', 1), ('dynamic', 4))
-# Every name: both modes and both batch sizes, in two exports (the sweep must fit in CI).
-SWEEP_CASES = (('static', 1), ('dynamic', 4))
+# Every name: both modes, batch 1 and a larger one, in two exports (to fit in CI; the fast
+# name takes every case).
+SWEEP_CASES = (('static', 1), ('dynamic', 2))
 
 
 def _parity(name, tmp_path, cases):
