@@ -14,10 +14,9 @@ disk, full SSD augmentation), each in its own process:
 - ``compute``: gluondet's forward (targets included) + backward + SGD step on
   batches staged in memory beforehand: no loading, no hooks.
 
-gluondet's processes get gluondet's OpenMP pool (every core on a machine
-without SMT, where MXNet's default takes half: ``gluondet/_compat.py``);
-GluonCV's runs with MXNet's default, as its users run it, or with
-``--gluoncv-omp-threads N``.
+All loops run with MXNet's OpenMP pool (``OMP_NUM_THREADS`` if set; else
+MXNet's default, half the CPUs on x86); ``--gluoncv-omp-threads N`` sets it
+for GluonCV's loop alone.
 
 Each loop times ``--steps`` steps after ``--warmup`` steps. The loops run in
 turn, ``--rounds`` times; a loop's figure is its median samples/s. Printed:
@@ -156,9 +155,9 @@ def run_gluondet(args):
 
 
 def run_compute(args):
-    from gluondet.engine import TrainData, split_batch  # first: it sets the OpenMP pool
     import mxnet as mx
     from mxnet import autograd, gluon
+    from gluondet.engine import TrainData, split_batch
     task = _task(args)
     config = _config(args, 'unused')
     net = task.build_net([mx.cpu()])
@@ -194,8 +193,7 @@ def parse_args(argv=None):
     parser.add_argument('--workers', type=int, default=0,
                         help="gluondet's loader worker processes")
     parser.add_argument('--gluoncv-omp-threads', type=int, default=0,
-                        help="OMP_NUM_THREADS for GluonCV's loop (0: MXNet's default, as its "
-                             "users run it; gluondet sets its own, see gluondet/_compat.py)")
+                        help="OMP_NUM_THREADS for GluonCV's loop alone (0: as the others)")
     parser.add_argument('--role', choices=ROLES, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     args.images = (args.warmup + args.steps) * args.batch_size

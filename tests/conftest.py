@@ -3,8 +3,6 @@ import os
 
 import pytest
 
-import gluondet  # noqa: F401  (before any test imports mxnet: one OpenMP pool for all processes)
-
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHARED_DATASETS = os.environ.get('GLUONDET_SHARED_DATASETS',
                                  os.path.join(os.path.dirname(ROOT), 'shared', 'datasets'))
