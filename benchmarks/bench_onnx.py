@@ -1,69 +1,43 @@
-"""SSD inference on the CPU: MXNet (hybridized) vs ONNX Runtime on gluondet's exact ONNX.
+"""SSD inference on the CPU: MXNet (hybridized) vs ONNX Runtime, float32 and int8.
 
-For each network (random weights, BatchNorm statistics set from the images so the
-features are not degenerate), both runtimes take the same preprocessed BCCD images
-(640x480 JPEG through the validation transform):
+For each network, with random weights that detect (``detecting_random_weights``:
+many overlapping boxes, so the comparison means something), every runtime takes
+the same BCCD test images (640x480 JPEG through the validation transform):
 
 - latency: batch 1, median seconds per call;
 - throughput: batch ``--batch`` (default 8), images per second.
 
-MXNet runs the Gluon net hybridized with static_alloc/static_shape; ONNX Runtime
-runs ``export_onnx``'s dynamic-batch model with ORT_ENABLE_ALL. Calls alternate
-between the two so machine load hits both alike. The detections of the two are
-compared (``compare_detections``: every detection scoring >= 0.01 paired, worst
-score and box differences printed). Printed ratio: MXNet time / ONNX Runtime time.
+The runtimes: MXNet runs the Gluon net hybridized with static_alloc/static_shape;
+ONNX Runtime runs ``export_onnx``'s dynamic-batch model with ORT_ENABLE_ALL, and its
+int8 version (``quantize_onnx``, calibrated on ``--calib-images`` BCCD trainval
+images). Both use ``--threads`` threads (default: every core; MXNet's own default is
+half the cores): OMP_NUM_THREADS is set before MXNet loads, ONNX Runtime gets
+``intra_op_num_threads``. Calls alternate between runtimes so machine load hits all
+alike. The float detections of MXNet and ONNX Runtime are compared
+(``compare_detections``: detections scoring >= 0.05, scores within 1e-4, boxes within
+0.01 px); int8 detections differ by design (measure its mAP with ``gluondet
+evaluate``). Printed ratios: MXNet time / ONNX Runtime time.
 
     .venv/bin/python benchmarks/bench_onnx.py [--networks ssd_512_mobilenet1.0_voc,...]
-        [--batch 8] [--repeat 7]
+        [--batch 8] [--repeat 7] [--threads 2] [--calib-images 32]
 """
 import argparse
 import os
 import statistics
+import sys
 import tempfile
 import time
-import warnings
-
-import mxnet as mx
-import numpy as np
-from mxnet.gluon import nn
-
-from gluondet.data import VOCDetection
-from gluondet.deploy import compare_detections, export_onnx
-from gluondet.model_zoo import get_model, get_model_info
-from gluondet.tasks.ssd import SSDValTransform
 
 BCCD = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..', 'shared',
                     'datasets', 'bccd', 'BCCD')
 
 
-def images(count, height, width):
-    """``count`` BCCD test images through the validation transform, as one NCHW batch."""
-    dataset = VOCDetection(BCCD, splits='test', classes=('RBC', 'WBC', 'Platelets'))
+def images(dataset, count, height, width):
+    """``count`` images of ``dataset`` through the validation transform, one NCHW batch."""
+    import numpy as np
+    from gluondet.tasks.ssd import SSDValTransform
     transform = SSDValTransform(width, height)
     return np.stack([transform(*dataset[i % len(dataset)])[0] for i in range(count)])
-
-
-def network(name, x):
-    """``name`` with random weights and BatchNorm statistics taken from ``x``."""
-    net = get_model(name, pretrained_base=False)
-    with warnings.catch_warnings():
-        warnings.simplefilter('ignore')
-        net.initialize(mx.init.Xavier())
-
-    def set_statistics(block, inputs):
-        mean = inputs[0].mean(axis=(0, 2, 3), keepdims=True)
-        block.running_mean.set_data(mean.reshape(-1))
-        block.running_var.set_data(((inputs[0] - mean) ** 2).mean(axis=(0, 2, 3)) + 1e-3)
-
-    net(x)
-    hooks = []
-    net.apply(lambda b: hooks.append(b.register_forward_pre_hook(set_statistics))
-              if isinstance(b, nn.BatchNorm) else None)
-    net(x)
-    for hook in hooks:
-        hook.detach()
-    net.hybridize(static_alloc=True, static_shape=True)
-    return net
 
 
 def timed(fn, repeat):
@@ -82,39 +56,64 @@ def main():
     parser.add_argument('--networks', default='ssd_512_mobilenet1.0_voc,ssd_300_vgg16_atrous_voc')
     parser.add_argument('--batch', type=int, default=8)
     parser.add_argument('--repeat', type=int, default=7)
+    parser.add_argument('--threads', type=int, default=os.cpu_count())
+    parser.add_argument('--calib-images', type=int, default=32)
     args = parser.parse_args()
+    os.environ['OMP_NUM_THREADS'] = str(args.threads)   # before MXNet loads
+    if not os.path.isdir(BCCD):
+        print('skipped: the BCCD dataset is not at %s' % BCCD)
+        return 0
+
+    import mxnet as mx
+    import numpy as np
     import onnxruntime as ort
+    from gluondet.data import VOCDetection
+    from gluondet.deploy import compare_detections, detecting_random_weights, export_onnx
+    from gluondet.deploy.calibration import CalibrationBatches
+    from gluondet.deploy.quantize import quantize_onnx
+    from gluondet.model_zoo import get_model, get_model_info
+
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    print('onnxruntime %s, mxnet %s, OMP_NUM_THREADS=%s'
-          % (ort.__version__, mx.__version__, os.environ.get('OMP_NUM_THREADS')))
+    options.intra_op_num_threads = args.threads
+    print('onnxruntime %s, mxnet %s, %d threads each' % (ort.__version__, mx.__version__,
+                                                         args.threads), flush=True)
+    classes = ('RBC', 'WBC', 'Platelets')
+    test = VOCDetection(BCCD, splits='test', classes=classes)
+    calib = VOCDetection(BCCD, splits='trainval', classes=classes)
     for name in args.networks.split(','):
         height, width = get_model_info(name).data_shape
-        data = images(args.batch, height, width)
-        net = network(name, mx.nd.array(data[:1]))
+        data = images(test, args.batch, height, width)
+        net = get_model(name, pretrained_base=False)
+        detecting_random_weights(net, mx.nd.array(data))
+        net.hybridize(static_alloc=True, static_shape=True)
         with tempfile.TemporaryDirectory() as tmp:
-            path = os.path.join(tmp, 'model.onnx')
+            path, int8_path = os.path.join(tmp, 'fp32.onnx'), os.path.join(tmp, 'int8.onnx')
             export_onnx(net, path, (height, width), dynamic_batch=True)
-            session = ort.InferenceSession(path, options, providers=['CPUExecutionProvider'])
+            start = time.perf_counter()
+            quantize_onnx(path, int8_path, CalibrationBatches(
+                [calib.image_path(i) for i in range(args.calib_images)], (width, height)))
+            print('%s: int8 calibration on %d images took %.0f s'
+                  % (name, args.calib_images, time.perf_counter() - start), flush=True)
+            sessions = [ort.InferenceSession(p, options, providers=['CPUExecutionProvider'])
+                        for p in (path, int8_path)]
         for batch in (1, args.batch):
             x_np = np.ascontiguousarray(data[:batch])
             x_nd = mx.nd.array(x_np)
-
-            def run_mxnet():
-                return [o.asnumpy() for o in net(x_nd)]
-
-            def run_ort():
-                return session.run(None, {'data': x_np})
-
-            comparison = compare_detections(run_mxnet(), run_ort(), min_score=0.01)
-            t_mx, t_ort = timed(run_mxnet, args.repeat), timed(run_ort, args.repeat)
-            t_mx2, t_ort2 = timed(run_mxnet, args.repeat), timed(run_ort, args.repeat)
-            t_mx, t_ort = min(t_mx, t_mx2), min(t_ort, t_ort2)
+            runs = [lambda: [o.asnumpy() for o in net(x_nd)]]
+            runs += [lambda s=s: s.run(None, {'data': x_np}) for s in sessions]
+            comparison = compare_detections(runs[0](), runs[1]())
+            times = [min(pair) for pair in zip(*[[timed(run, args.repeat) for run in runs]
+                                                 for _ in range(2)])]
             label = 'latency, batch 1' if batch == 1 else 'throughput, batch %d' % batch
             print('%s %s: mxnet %.1f ms (%.1f img/s), onnxruntime %.1f ms (%.1f img/s), '
-                  'ratio %.2f; %s' % (name, label, t_mx * 1e3, batch / t_mx, t_ort * 1e3,
-                                      batch / t_ort, t_mx / t_ort, comparison), flush=True)
+                  'onnxruntime int8 %.1f ms (%.1f img/s); ratio %.2f, int8 ratio %.2f; '
+                  'float detections: %s'
+                  % (name, label, times[0] * 1e3, batch / times[0], times[1] * 1e3,
+                     batch / times[1], times[2] * 1e3, batch / times[2], times[0] / times[1],
+                     times[0] / times[2], comparison), flush=True)
+    return 0
 
 
 if __name__ == '__main__':
-    main()
+    sys.exit(main())

@@ -76,10 +76,13 @@ def _export_arguments(parser):
         help='fixed batch of an ONNX model or engine (default 1); with --dynamic-batch, the '
              'largest batch of an engine (default 8)')
     add('--dynamic-batch', action='store_true', help='an ONNX model or engine for any batch size')
-    add('--precision', choices=('fp32', 'fp16', 'int8'), help='tensorrt: default fp32')
+    add('--precision', choices=('fp32', 'fp16', 'int8'),
+        help='default fp32; onnx: fp32 or int8 (ONNX Runtime quantization); tensorrt: all three')
     add('--calibration-images', help='int8: a folder of images like those the model will see')
     add('--calibration-batches', type=int, help='int8: batches to calibrate with (default all)')
-    add('--calibration-cache', help='int8: calibration cache file, reused if it exists')
+    add('--calibration-cache', help='tensorrt int8: calibration cache file, reused if it exists')
+    add('--calibration-method', choices=('entropy', 'minmax', 'percentile'),
+        help='onnx int8: how activation ranges are chosen (default entropy)')
 
 
 def _export(args):
@@ -90,7 +93,8 @@ def _export(args):
         data_shape=args.data_shape, batch_size=args.batch_size,
         dynamic_batch=args.dynamic_batch, precision=args.precision,
         calibration_images=args.calibration_images,
-        calibration_batches=args.calibration_batches, calibration_cache=args.calibration_cache)
+        calibration_batches=args.calibration_batches, calibration_cache=args.calibration_cache,
+        calibration_method=args.calibration_method)
 
 
 def _infer_arguments(parser):

@@ -85,12 +85,49 @@ def test_export_tensorrt_fails_clearly_after_writing_the_onnx(trained_model, tmp
     (['--format', 'tensorrt', '-o', 'm.onnx'], 'must end with .engine'),
     (['--format', 'tensorrt', '-o', 'm.engine', '--precision', 'int8'],
      'int8 calibration needs images'),
+    (['--format', 'onnx', '-o', 'm.onnx', '--precision', 'int8'], 'needs calibration images'),
+    (['--format', 'onnx', '-o', 'm.onnx', '--precision', 'int8', '--calibration-images', '.',
+      '--calibration-cache', 'm.cache'], 'ONNX Runtime keeps none'),
+    (['--format', 'tensorrt', '-o', 'm.engine', '--precision', 'int8', '--calibration-method',
+      'percentile'], 'for the onnx format'),
+    (['--format', 'symbol', '-o', 'm', '--precision', 'fp32'], 'onnx and tensorrt formats'),
+    (['--format', 'onnx', '-o', 'm.onnx', '--calibration-batches', '2'], 'for int8 precision'),
 ])
 def test_export_refuses_what_it_cannot_do(trained_model, tmp_path, capsys, argv, message):
     argv = [str(tmp_path / a) if a.startswith('m') else a for a in argv]
     assert main(['export', '--network', trained_model[0]] + argv) == 1
     assert message in capsys.readouterr().err
     assert os.listdir(str(tmp_path)) == []
+
+
+def test_export_int8_onnx_calibrated_on_images(trained_model, small, tmp_path):
+    """ONNX Runtime's int8 model: QDQ convolutions, float post-processing, metadata kept,
+    run by the predictor; on a trained model its detections stay near the float model's."""
+    params, metrics = trained_model[:2]
+    images = tmp_path / 'calib'
+    images.mkdir()
+    for name in sorted(os.listdir(small[2]))[:5]:
+        os.symlink(os.path.join(small[2], name), str(images / name))
+    (images / 'broken.jpg').write_bytes(b'\xff\xd8 not a jpeg')
+    path = str(tmp_path / 'int8.onnx')
+    with pytest.warns(UserWarning, match='broken.jpg'):
+        assert main(['export', '--network', params, '--format', 'onnx', '-o', path,
+                     '--batch-size', '2', '--precision', 'int8', '--calibration-images',
+                     str(images), '--calibration-method', 'minmax']) == 0
+    assert sorted(os.listdir(str(tmp_path))) == ['calib', 'int8.onnx']
+    model = onnx.load(path)
+    ops = [node.op_type for node in model.graph.node]
+    assert ops.count('DequantizeLinear') > ops.count('Conv') > 0
+    assert 'NonMaxSuppression' in ops
+    meta = _onnx_meta(path)
+    assert meta['precision'] == 'int8' and meta['batch_size'] == 2
+    assert meta['calibration'] == {'method': 'minmax', 'batches': 2, 'images': 4, 'skipped': 1}
+    assert len(meta['classes']) == 8
+
+    float_result = evaluate_model(params, 'voc', small[0], SMALL_SPLIT, progress=False)
+    int8_result = evaluate_model(path, 'voc', small[0], SMALL_SPLIT, batch_size=2,
+                                 progress=False)
+    assert abs(int8_result['mAP'] - float_result['mAP']) < 0.05
 
 
 # ---------------------------------------------------------------- infer

@@ -1,14 +1,14 @@
 """Symbol and ONNX export of SSD (gluondet.deploy): round trips, ONNX Runtime parity, errors."""
 import json
 
+import cv2
 import mxnet as mx
 import numpy as np
 import pytest
 from mxnet import gluon
 from mxnet.gluon import nn
 
-from gluondet.deploy import compare_detections, export_symbol
-from gluondet.deploy.symbol import ssd_body
+from gluondet.deploy import compare_detections, detecting_random_weights, export_symbol
 from gluondet.model_zoo import get_model, get_model_info, get_model_list
 from gluondet.model_zoo.ssd import SSD
 
@@ -22,52 +22,6 @@ SSD_NAMES = [n for n in get_model_list() if n.startswith('ssd_')]
 
 def _images(batch, height, width, seed=0):
     return mx.nd.array(np.random.RandomState(seed).uniform(-2, 2, (batch, 3, height, width)))
-
-
-def _calibrate_batchnorm(net, x, rng):
-    """Give random weights O(1) features: each BatchNorm's statistics become the mean square
-    of its input on ``x`` (mean 0), layer after layer in one forward. Its beta is set to 1:
-    with beta 0 the random network amplifies float32 rounding ~1000x (to ~1e-4 of the
-    logits, in MXNet and ONNX Runtime alike, measured against float64), which would make
-    the parity tolerances a test of the random weights. Gamma is random."""
-    def set_statistics(block, inputs):
-        mean_square = (inputs[0] ** 2).mean(axis=(0, 2, 3))
-        block.running_mean.set_data(mx.nd.zeros_like(mean_square))
-        block.running_var.set_data(mean_square)
-        block.beta.set_data(mx.nd.ones_like(mean_square))
-        block.gamma.set_data(mx.nd.array(rng.uniform(0.5, 1.5, mean_square.shape)))
-
-    net(x)  # shapes of the deferred parameters
-    hooks = []
-    net.apply(lambda block: hooks.append(block.register_forward_pre_hook(set_statistics))
-              if isinstance(block, nn.BatchNorm) else None)
-    net(x)
-    for hook in hooks:
-        hook.detach()
-
-
-def _scale_predictors(net, x, data_shape, class_std=2.0, max_gap=6.0):
-    """Scale the predictors to logits of std ``class_std`` (many scores above 0.05) and box
-    offsets of std 1 (boxes near their anchors, overlapping).
-
-    The logits of an anchor stay within ``max_gap`` of its best one (scores below
-    ~0.998): nearer 1, float32 scores of neighbouring anchors differ by a few ulps, the
-    few ulps by which MXNet's and ONNX Runtime's softmax roundings differ, and the two
-    can then order them, hence resolve their overlap in NMS, differently. Box offsets
-    stay within +-4 (boxes at most 2.2 times their anchor): the 0.01 px tolerance is
-    about 20 float32 ulps of a 1000 px coordinate.
-    """
-    symbol, _, _ = ssd_body(net, data_shape)
-    cls_preds, box_preds = (o.asnumpy() for o in gluon.SymbolBlock(
-        symbol, mx.sym.var('data', dtype='float32'), params=net.collect_params())(x))
-    top2 = np.sort(cls_preds, axis=-1)[..., -2:]
-    class_factor = min(class_std / cls_preds.std(), max_gap / (top2[..., 1] - top2[..., 0]).max())
-    for predictors, factor in ((net.class_predictors, class_factor),
-                               (net.box_predictors,
-                                min(1 / box_preds.std(), 4 / np.abs(box_preds).max()))):
-        for conv in predictors:
-            conv.weight.set_data(conv.weight.data() * float(factor))
-            conv.bias.set_data(conv.bias.data() * float(factor))
 
 
 def _fixed_gammas(net):
@@ -84,12 +38,9 @@ def _detector(name, batch=4, seed=0):
     """
     kwargs = {'classes': ['a', 'b', 'c']} if name.endswith('_custom') else {}
     net = get_model(name, pretrained_base=False, **kwargs)
-    mx.random.seed(seed)  # the same weights whichever tests ran before
-    net.initialize()
     data_shape = get_model_info(name).data_shape
     x = _images(batch, *data_shape, seed=seed)
-    _calibrate_batchnorm(net, x[:1], np.random.RandomState(seed))
-    _scale_predictors(net, x, data_shape)
+    detecting_random_weights(net, x, seed)
     net.hybridize()
     rng = np.random.RandomState(seed)
     for gamma in _fixed_gammas(net):
@@ -260,7 +211,6 @@ class _TinyFeatures(gluon.HybridBlock):
 def _tiny_ssd(act):
     net = SSD(_TinyFeatures(act), ['a', 'b'], sizes=[16, 32, 64], ratios=[1, 2, 0.5],
               steps=[8, 16], base_size=64)
-    net.initialize()
     return net
 
 
@@ -270,7 +220,7 @@ def test_onnx_l2_normalization_keeps_mxnet_eps(tmp_path):
     net = _tiny_ssd(lambda F, x: F.L2Normalization(F.relu(x), mode='channel', eps=1e-5))
     x = _images(2, 64, 64, seed=1)
     x[:, :, :, 32:] *= 1e-3
-    _scale_predictors(net, x, (64, 64), class_std=3.0)
+    detecting_random_weights(net, x, class_std=3.0)
     path = tmp_path / 'tiny.onnx'
     export_onnx(net, str(path), 64, batch_size=2)
     _assert_parity(net, path, x, min_per_image=20)
@@ -278,6 +228,7 @@ def test_onnx_l2_normalization_keeps_mxnet_eps(tmp_path):
 
 def test_onnx_names_the_operator_it_cannot_convert(tmp_path):
     net = _tiny_ssd(lambda F, x: F.softsign(x))
+    net.initialize()
     net(_images(1, 64, 64))
     with pytest.raises(UnsupportedOperatorError, match=r'softsign \(nodes [^)]*softsign'):
         export_onnx(net, str(tmp_path / 'tiny.onnx'), 64)
@@ -314,3 +265,35 @@ def test_compare_detections_reports_missing_and_far_detections():
     assert (result.compared, result.missing_in_a, result.missing_in_b) == (1, 1, 1)
     assert result.max_box_diff == pytest.approx(0.5)
     assert 'missing' in str(result)
+
+
+# ---------------------------------------------------------------------------- int8
+
+def test_quantize_onnx_checks_its_arguments_and_keeps_detecting(tmp_path):
+    from gluondet.deploy.calibration import CalibrationBatches
+    from gluondet.deploy.quantize import quantize_onnx
+    net = _tiny_ssd(lambda F, x: F.relu(x))
+    x = _images(2, 64, 64, seed=2)
+    detecting_random_weights(net, x)
+    path, out = str(tmp_path / 'tiny.onnx'), str(tmp_path / 'int8.onnx')
+    export_onnx(net, path, 64, batch_size=2)
+    rng = np.random.RandomState(0)
+    images = []
+    for i in range(4):
+        images.append(str(tmp_path / ('%d.png' % i)))
+        cv2.imwrite(images[-1], rng.randint(0, 256, (64, 64, 3)).astype(np.uint8))
+    with pytest.raises(ValueError, match="method must be one of .*got 'kl'"):
+        quantize_onnx(path, out, CalibrationBatches(images, 64, batch_size=2), method='kl')
+    with pytest.raises(ValueError, match='takes batches of 2 images; calibrate with batch_size=2'):
+        quantize_onnx(path, out, CalibrationBatches(images, 64, batch_size=4))
+    assert not (tmp_path / 'int8.onnx').exists()
+
+    quantize_onnx(path, out, CalibrationBatches(images, 64, batch_size=2), method='percentile')
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        ['tiny.onnx', 'int8.onnx'] + [p.split('/')[-1] for p in images])
+    meta = {p.key: json.loads(p.value) for p in onnx.load(out).metadata_props}
+    assert meta['calibration'] == {'method': 'percentile', 'batches': 2, 'images': 4,
+                                   'skipped': 0}
+    assert meta['classes'] == ['a', 'b'] and meta['precision'] == 'int8'
+    ids, scores, _ = _run_onnx(out, x)
+    assert ids.shape == (2, 100, 1) and (scores > 0.05).sum() >= 40

@@ -231,9 +231,9 @@ def test_a_kill_before_the_manifest_is_committed_leaves_the_previous_checkpoint(
     cfg = _config(tmp_path, epochs=2)
     fit(ToyTask(), TrainConfig.from_dict(dict(cfg.to_dict(), epochs=1)))
 
-    def killed(path, text):
+    def killed(path, data):
         raise SystemExit('killed while writing %s' % path)
-    monkeypatch.setattr(checkpoint, 'atomic_write_text', killed)
+    monkeypatch.setattr(checkpoint, 'atomic_write', killed)
     with pytest.raises(SystemExit, match='killed while writing .*toy_last.json'):
         fit(ToyTask(), _config(tmp_path, epochs=2, resume='auto'))
     monkeypatch.undo()

@@ -15,12 +15,12 @@ temporary name and renamed, so an interrupted run leaves no partial file.
 """
 import json
 import os
-import tempfile
 
 import cv2
 import numpy as np
 from filelock import FileLock
 
+from ..engine.checkpoint import atomic_write
 from .base import DatasetError, DetectionDataset, Record
 
 __all__ = ['DEMO_CLASSES', 'DemoDetection', 'demo_home', 'render_demo_image']
@@ -170,19 +170,6 @@ def render_demo_image(seed, split, index, image_size=256):
     return image, np.array(rows, dtype=np.float32).reshape(-1, 6)
 
 
-def _write_atomic(path, data):
-    """Write bytes to ``path`` through a temporary file in the same folder."""
-    handle, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix='.tmp-')
-    try:
-        with os.fdopen(handle, 'wb') as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
-
-
 class DemoDetection(DetectionDataset):
     """Synthetic shapes for demos and tests: learnable in a few CPU minutes.
 
@@ -263,11 +250,11 @@ class DemoDetection(DetectionDataset):
                 raise DatasetError(self.folder, 'image', 'JPEG encoding failed for image %d'
                                    % index)
             name = '%06d.jpg' % index
-            _write_atomic(os.path.join(self.folder, name), encoded.tobytes())
+            atomic_write(os.path.join(self.folder, name), encoded.tobytes())
             images.append({'file': name, 'boxes': label.tolist()})
         # labels.json is written last: its presence marks a complete cache.
         payload = {'description': self._description(), 'images': images}
-        _write_atomic(os.path.join(self.folder, 'labels.json'), json.dumps(payload).encode())
+        atomic_write(os.path.join(self.folder, 'labels.json'), json.dumps(payload).encode())
         return [(item['file'], item['boxes']) for item in images]
 
     def _cached_or_generated(self):

@@ -9,7 +9,7 @@ that already exists is used as it is and no image is read.
 
 This module is also the base of :mod:`gluondet.deploy.tensorrt`, which
 imports it: the lazy ``tensorrt`` and cuda-python imports, the device buffer,
-the atomic file write and the argument checks live here, used by both.
+and the argument checks live here, used by both.
 """
 import numbers
 import os
@@ -18,6 +18,7 @@ import warnings
 import numpy as np
 
 from ..data.base import DatasetError, empty_label, read_image
+from ..engine.checkpoint import atomic_write
 from ..tasks.ssd import SSDValTransform
 
 __all__ = ['CalibrationBatches', 'make_calibrator', 'val_preprocess']
@@ -89,20 +90,6 @@ class _DeviceBuffer:
 
 
 # ---------------------------------------------------------------- files
-
-def _atomic_write(path, data):
-    """Write bytes (or any buffer) to ``path`` through a temporary file and a rename."""
-    tmp = '%s.tmp%d' % (path, os.getpid())
-    try:
-        with open(tmp, 'wb') as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-
 
 def _data_shape(data_shape):
     """``(width, height)`` from an int or a pair, checked positive."""
@@ -244,7 +231,7 @@ class CalibrationBatches:
     def write_cache(self, data):
         """Write the cache atomically; without ``cache_path`` nothing is kept."""
         if self.cache_path is not None:
-            _atomic_write(self.cache_path, bytes(data))
+            atomic_write(self.cache_path, bytes(data))
 
     def __iter__(self):
         self.skipped, self.num_yielded, self.dropped = [], 0, 0

@@ -1,9 +1,15 @@
-"""Pair the detections of two runs of a detector (Gluon, ONNX, ...) and report the worst gaps."""
+"""Pair the detections of two runs of a detector (Gluon, ONNX, ...) and report the worst gaps,
+and give an SSD random weights that detect, to check an export without trained weights."""
 from collections import namedtuple
 
+import mxnet as mx
 import numpy as np
+from mxnet import gluon
+from mxnet.gluon import nn
 
-__all__ = ['DetectionComparison', 'compare_detections']
+from .symbol import ssd_body
+
+__all__ = ['DetectionComparison', 'compare_detections', 'detecting_random_weights']
 
 
 class DetectionComparison(namedtuple('DetectionComparison', [
@@ -95,3 +101,59 @@ def compare_detections(a, b, min_score=0.05, score_tol=1e-4, box_tol=1e-2):
             missing_a += missing_in_a
     return DetectionComparison(compared, missing_a, missing_b, float(max_score), float(max_box),
                                score_tol, box_tol)
+
+
+def detecting_random_weights(net, x, seed=0, class_std=2.0, max_gap=6.0):
+    """Initialize an SSD with random weights that give many overlapping detections on ``x``.
+
+    Random weights alone give degenerate features and a handful of huge boxes, which
+    compare nothing. Here each BatchNorm's statistics become the mean square of its
+    input on ``x[:1]`` (mean 0, layer after layer), with a random gamma and a beta of 1
+    (with beta 0 the random network amplifies float32 rounding about 1000x, in MXNet
+    and ONNX Runtime alike). The predictors are then scaled to logits of std
+    ``class_std`` and box offsets of std 1 (at most 4: boxes near their anchors).
+
+    The logits of an anchor stay within ``max_gap`` of its best one (scores below
+    about 0.998): nearer 1, float32 scores of neighbouring anchors differ by the few
+    ulps by which two runtimes' softmax roundings differ, and the two can then order
+    them, hence resolve their overlap in NMS, differently.
+
+    Parameters
+    ----------
+    net : :class:`gluondet.model_zoo.ssd.SSD`
+        Not initialized yet; not hybridized.
+    x : NDArray
+        A normalized input batch at the network's data shape.
+    seed : int
+        Seeds MXNet's and numpy's draws: the same weights whatever ran before.
+    """
+    mx.random.seed(seed)
+    net.initialize()
+    rng = np.random.RandomState(seed)
+
+    def set_statistics(block, inputs):
+        mean_square = (inputs[0] ** 2).mean(axis=(0, 2, 3))
+        block.running_mean.set_data(mx.nd.zeros_like(mean_square))
+        block.running_var.set_data(mean_square)
+        block.beta.set_data(mx.nd.ones_like(mean_square))
+        block.gamma.set_data(mx.nd.array(rng.uniform(0.5, 1.5, mean_square.shape)))
+
+    net(x[:1])  # shapes of the deferred parameters
+    hooks = []
+    net.apply(lambda block: hooks.append(block.register_forward_pre_hook(set_statistics))
+              if isinstance(block, nn.BatchNorm) else None)
+    net(x[:1])
+    for hook in hooks:
+        hook.detach()
+
+    symbol, _, _ = ssd_body(net, x.shape[2:])
+    cls_preds, box_preds = (o.asnumpy() for o in gluon.SymbolBlock(
+        symbol, mx.sym.var('data', dtype='float32'), params=net.collect_params())(x))
+    top2 = np.sort(cls_preds, axis=-1)[..., -2:]
+    class_factor = min(class_std / cls_preds.std(), max_gap / (top2[..., 1] - top2[..., 0]).max())
+    box_factor = min(1 / box_preds.std(), 4 / np.abs(box_preds).max())
+    for predictors, factor in ((net.class_predictors, class_factor),
+                               (net.box_predictors, box_factor)):
+        for conv in predictors:
+            conv.weight.set_data(conv.weight.data() * float(factor))
+            conv.bias.set_data(conv.bias.data() * float(factor))

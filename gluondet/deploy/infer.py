@@ -37,7 +37,7 @@ from tqdm import tqdm
 from ..data import COCODetection, KITTIDetection, VOCDetection
 from ..data.coco import xyxy_to_coco
 from ..data.voc import infer_layout
-from ..engine.checkpoint import atomic_write_text
+from ..engine.checkpoint import atomic_write
 from ..metrics import COCODetectionMetric, VOC07MApMetric
 from ..metrics.coco_eval import format_summary
 from ..tools.visualize import draw_boxes, save_image
@@ -74,7 +74,7 @@ def run_command(name, function, **kwargs):
 
 def _write_json(path, data):
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    atomic_write_text(path, json.dumps(data))
+    atomic_write(path, json.dumps(data))
 
 
 # ---------------------------------------------------------------- export
@@ -99,15 +99,27 @@ def _check_export(fmt, output, batch_size, dynamic_batch, precision, calibration
     elif not lower.endswith(ENGINE_EXTENSIONS):
         raise ValueError('the TensorRT engine file must end with %s, got %s'
                          % (' or '.join(ENGINE_EXTENSIONS), output))
-    if fmt != 'tensorrt' and (precision is not None or any(v is not None for v in calibration)):
-        raise ValueError('precision and calibration settings are for the tensorrt format')
-    if precision not in (None, 'int8') and any(v is not None for v in calibration):
+    calibrating = any(v is not None for v in calibration[:3])
+    if fmt == 'symbol' and (precision is not None or calibrating):
+        raise ValueError('precision and calibration settings are for the onnx and tensorrt formats')
+    if fmt == 'onnx' and precision == 'fp16':
+        raise ValueError('fp16 is for the tensorrt format: ONNX Runtime on the CPU has no fp16 '
+                         'kernels (onnx takes fp32 or int8)')
+    if precision != 'int8' and (calibrating or calibration[3] is not None):
         raise ValueError('calibration settings are for int8 precision')
+    if fmt == 'onnx' and calibration[2] is not None:
+        raise ValueError('a calibration cache is for the tensorrt format: ONNX Runtime keeps none')
+    if fmt == 'tensorrt' and calibration[3] is not None:
+        raise ValueError('the calibration method is for the onnx format: TensorRT uses its '
+                         'entropy calibrator')
+    if fmt == 'onnx' and precision == 'int8' and calibration[0] is None:
+        raise ValueError('an int8 ONNX model needs calibration images')
 
 
 def export_model(network, output, fmt='onnx', params=None, pretrained=False, classes=None,
                  data_shape=None, batch_size=None, dynamic_batch=False, precision=None,
-                 calibration_images=None, calibration_batches=None, calibration_cache=None):
+                 calibration_images=None, calibration_batches=None, calibration_cache=None,
+                 calibration_method=None):
     """Export a network as an MXNet symbol, an ONNX model or a TensorRT engine.
 
     Each artifact carries what :meth:`Predictor.from_model` needs to run it:
@@ -132,10 +144,15 @@ def export_model(network, output, fmt='onnx', params=None, pretrained=False, cla
     dynamic_batch : bool
         ONNX and TensorRT: take batches of any size (engines: up to ``batch_size``).
     precision : {'fp32', 'fp16', 'int8'}, optional
-        TensorRT only (default fp32).
-    calibration_images, calibration_batches, calibration_cache
-        int8 only: a folder of images preprocessed as in validation, how many
-        batches to use (default all), and a cache file (reused if it exists).
+        Default fp32. TensorRT takes all three; ONNX fp32 or int8 (ONNX
+        Runtime's static quantization, :func:`~gluondet.deploy.quantize.quantize_onnx`).
+    calibration_images, calibration_batches
+        int8 only: a folder of images preprocessed as in validation, and how
+        many batches to use (default all; batches of 8 for a dynamic batch).
+    calibration_cache
+        TensorRT int8 only: a cache file, reused if it exists.
+    calibration_method : {'entropy', 'minmax', 'percentile'}, optional
+        ONNX int8 only (default entropy); see :func:`~gluondet.deploy.quantize.quantize_onnx`.
 
     Returns
     -------
@@ -147,7 +164,7 @@ def export_model(network, output, fmt='onnx', params=None, pretrained=False, cla
     ImportError
         For the tensorrt format without TensorRT and a GPU (after writing the ONNX model).
     """
-    calibration = (calibration_images, calibration_batches, calibration_cache)
+    calibration = (calibration_images, calibration_batches, calibration_cache, calibration_method)
     _check_export(fmt, output, batch_size, dynamic_batch, precision, calibration)
     net, info = load_network(network, params, pretrained, classes, data_shape)
     shape = info['data_shape']
@@ -158,24 +175,32 @@ def export_model(network, output, fmt='onnx', params=None, pretrained=False, cla
         _write_json(meta, model_metadata(net, info['network'], shape))
         return files + [meta]
     from .onnx import export_onnx   # needs the onnx package
-    if fmt == 'onnx':
-        batch = batch_size or 1
-        export_onnx(net, output, shape, batch, dynamic_batch,
-                    metadata=model_metadata(net, info['network'], shape,
-                                            None if dynamic_batch else batch))
-        return [output]
-
-    batch = batch_size or (DYNAMIC_MAX_BATCH if dynamic_batch else 1)
-    precision = precision or 'fp32'
+    batch = batch_size or (DYNAMIC_MAX_BATCH if dynamic_batch and fmt == 'tensorrt' else 1)
+    fixed = None if dynamic_batch else batch
     calibrator = None
     if precision == 'int8':     # before exporting: bad images or a missing cache fail first
-        calibrator = CalibrationBatches(calibration_images, data_shape=shape[::-1],
-                                        batch_size=batch, num_batches=calibration_batches,
-                                        cache_path=calibration_cache)
+        calibrator = CalibrationBatches(
+            calibration_images, data_shape=shape[::-1],
+            batch_size=DYNAMIC_MAX_BATCH if fixed is None and fmt == 'onnx' else batch,
+            num_batches=calibration_batches, cache_path=calibration_cache)
+    metadata = model_metadata(net, info['network'], shape, fixed)
+    if fmt == 'onnx':
+        if precision != 'int8':
+            export_onnx(net, output, shape, batch, dynamic_batch, metadata=metadata)
+            return [output]
+        from .quantize import quantize_onnx
+        float_path = output + '.float%d.onnx' % os.getpid()
+        try:
+            export_onnx(net, float_path, shape, batch, dynamic_batch, metadata=metadata)
+            quantize_onnx(float_path, output, calibrator, calibration_method or 'entropy')
+        finally:
+            if os.path.exists(float_path):
+                os.remove(float_path)
+        return [output]
+
+    precision = precision or 'fp32'
     onnx_path = os.path.splitext(output)[0] + '.onnx'
-    fixed = None if dynamic_batch else batch
-    export_onnx(net, onnx_path, shape, batch, dynamic_batch,
-                metadata=model_metadata(net, info['network'], shape, fixed))
+    export_onnx(net, onnx_path, shape, batch, dynamic_batch, metadata=metadata)
     try:
         build_engine(onnx_path, output, precision, max_batch_size=batch,
                      dynamic_batch=dynamic_batch, calibrator=calibrator)
@@ -270,7 +295,7 @@ def infer(model, images, output='detections.json', backend=None, params=None, pr
         results.extend(coco_results(image_id, found))
         if kitti_labels:
             lines = kitti_lines(found, predictor.classes)
-            atomic_write_text(os.path.join(kitti_labels, _stem(item.source) + '.txt'),
+            atomic_write(os.path.join(kitti_labels, _stem(item.source) + '.txt'),
                               ''.join(line + '\n' for line in lines))
         if visualize:
             drawn = draw_boxes(item.image, found.boxes, found.ids, found.scores,

@@ -22,7 +22,8 @@ import time
 
 import numpy as np
 
-from .calibration import (CalibrationBatches, _atomic_write, _cuda, _DeviceBuffer, _import_cudart,
+from ..engine.checkpoint import atomic_write
+from .calibration import (CalibrationBatches, _cuda, _DeviceBuffer, _import_cudart,
                           _import_tensorrt, _positive_int, make_calibrator)
 
 __all__ = ['PRECISIONS', 'OUTPUT_NAMES', 'TensorRTRunner', 'build_engine', 'read_onnx_input']
@@ -270,7 +271,7 @@ def build_engine(onnx_path, engine_path, precision='fp32', max_batch_size=1, dyn
     if serialized is None:
         raise RuntimeError('TensorRT could not build a %s engine from %s (the TensorRT log above '
                            'says why)' % (precision, onnx_path))
-    _atomic_write(engine_path, serialized)
+    atomic_write(engine_path, serialized)
     if entropy is not None and calibrator.num_yielded:
         logger.info('int8 calibration: %d batches of %d, %d images skipped, %d dropped',
                     calibrator.num_yielded, calibrator.batch_size, len(calibrator.skipped),

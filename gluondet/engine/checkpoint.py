@@ -110,7 +110,7 @@ class Checkpointer:
             rng={'seed': self.config.seed,
                  'scheme': 'step RNGs from (seed, iteration), samples from (seed, epoch, index)'},
             hooks=hook_states(loop.hooks), meta=self.meta, config=self.config.to_dict())
-        atomic_write_text(self.json_path, json.dumps(manifest, indent=1, allow_nan=False))
+        atomic_write(self.json_path, json.dumps(manifest, indent=1, allow_nan=False))
         self.last_path = self.json_path
 
     def _remove_stale(self):
@@ -198,7 +198,7 @@ def save_params(net, path, info):
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     _atomic(net.save_parameters, path)
     text = json.dumps(dict(format=PARAMS_FORMAT, **provenance(), **info), indent=1)
-    atomic_write_text(path[:-len('.params')] + '.json', text)
+    atomic_write(path[:-len('.params')] + '.json', text)
 
 
 def param_names(net, trainer):
@@ -272,11 +272,11 @@ def provenance():
             'time': datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds')}
 
 
-def atomic_write_text(path, text):
-    """Write ``text`` to ``path`` through a temporary file and a rename."""
+def atomic_write(path, data):
+    """Write ``data`` (str or bytes) to ``path`` through a synced temporary file and a rename."""
     def write(tmp):
-        with open(tmp, 'w') as f:
-            f.write(text)
+        with open(tmp, 'w' if isinstance(data, str) else 'wb') as f:
+            f.write(data)
     _atomic(write, path)
 
 

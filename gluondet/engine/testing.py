@@ -16,7 +16,7 @@ import time
 
 from mxnet import nd
 
-from .checkpoint import atomic_write_text, read_manifest
+from .checkpoint import atomic_write, read_manifest
 from .config import TrainConfig
 from .hooks import HookBase, SignalHook
 from .loop import fit
@@ -105,7 +105,7 @@ class PauseHook(HookBase):
                 1, state.batches_per_epoch // 2):
             return
         self._done = True
-        atomic_write_text(self.marker, json.dumps(
+        atomic_write(self.marker, json.dumps(
             {'epoch': state.epoch, 'batch': state.batch, 'iteration': state.iteration}))
         signals = [h for h in self.loop.hooks if isinstance(h, SignalHook)]
         deadline = time.time() + self.max_wait
