@@ -114,20 +114,8 @@ def images(bccd_root):
             + [demo.image_path(i) for i in range(4)])
 
 
-def as_batch(detections):
-    """Per-image Detections as padded ``B x K`` arrays, as networks return them."""
-    k = max(1, max(len(d.ids) for d in detections))
-    ids = np.full((len(detections), k, 1), -1.)
-    scores = np.full((len(detections), k, 1), -1.)
-    boxes = np.full((len(detections), k, 4), -1.)
-    for i, d in enumerate(detections):
-        n = len(d.ids)
-        ids[i, :n, 0], scores[i, :n, 0], boxes[i, :n] = d.ids, d.scores, d.boxes
-    return ids, scores, boxes
-
-
 def assert_same_detections(a, b, min_per_image=20):
-    result = compare_detections(as_batch(a), as_batch(b))
+    result = compare_detections(a, b)
     assert result.ok, str(result)
     assert result.compared >= min_per_image * len(a), str(result)
 

@@ -41,6 +41,13 @@ class DetectionComparison(namedtuple('DetectionComparison', [
 
 
 def _as_numpy(outputs):
+    if len(outputs) and hasattr(outputs[0], 'boxes'):    # one Detections per image
+        k = max(1, max(len(d.ids) for d in outputs))
+        ids, scores, boxes = (np.full((len(outputs), k, n), -1.) for n in (1, 1, 4))
+        for i, d in enumerate(outputs):
+            n = len(d.ids)
+            ids[i, :n, 0], scores[i, :n, 0], boxes[i, :n] = d.ids, d.scores, d.boxes
+        return ids[..., 0], scores[..., 0], boxes
     ids, scores, boxes = (np.asarray(o.asnumpy() if hasattr(o, 'asnumpy') else o, np.float64)
                           for o in outputs)
     batch = ids.shape[0]
@@ -57,9 +64,10 @@ def compare_detections(a, b, min_score=0.05, score_tol=1e-4, box_tol=1e-2):
 
     Parameters
     ----------
-    a, b : (ids, scores, boxes)
+    a, b : (ids, scores, boxes) or list of Detections
         Detector outputs (NDArray or numpy): ``B x K x 1``, ``B x K x 1``, ``B x K x 4``,
-        rows with a negative id ignored; ``K`` may differ between ``a`` and ``b``.
+        rows with a negative id ignored; ``K`` may differ between ``a`` and ``b``. Or
+        the :class:`~gluondet.deploy.predictor.Detections` of each image.
     min_score : float
         Detections below this score need no partner.
     score_tol, box_tol : float

@@ -1,0 +1,80 @@
+"""A trained SSD on real images: the Gluon net vs its float and int8 ONNX models.
+
+Exports the model (a training output ``PREFIX_best.params``, its json beside) to a
+dynamic-batch float ONNX model and to an int8 one calibrated on ``--calib-split``
+images, then on every image of ``--split``:
+
+- pairs the detections of ONNX Runtime with the Gluon net's (``compare_detections``:
+  every detection scoring >= 0.05, scores within 1e-4, boxes within 0.01 px in
+  original pixels); the int8 model's differences are printed too, for information;
+- prints the VOC07 mAP of each of the three (``gluondet evaluate``'s code).
+
+    .venv/bin/python benchmarks/onnx_check.py --model runs/bccd/ssd_160_mobilenet0.5_custom_best.params
+        [--dataset-root ../shared/datasets/bccd/BCCD --split test --calib-split trainval
+         --calib-batches 8 --method entropy --workdir onnx_check]
+"""
+import argparse
+import os
+import sys
+import time
+
+from gluondet.data import VOCDetection
+from gluondet.deploy import Predictor, compare_detections
+from gluondet.deploy.infer import evaluate_model, export_model
+
+BCCD = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..', 'shared',
+                    'datasets', 'bccd', 'BCCD')
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    parser.add_argument('--model', required=True)
+    parser.add_argument('--dataset-root', default=BCCD)
+    parser.add_argument('--split', default='test')
+    parser.add_argument('--calib-split', default='trainval')
+    parser.add_argument('--calib-batches', type=int, default=8)
+    parser.add_argument('--method', default='entropy')
+    parser.add_argument('--batch', type=int, default=8)
+    parser.add_argument('--workdir', default='onnx_check')
+    args = parser.parse_args()
+    os.makedirs(args.workdir, exist_ok=True)
+
+    reference = Predictor.from_model(args.model)
+    calib = VOCDetection(args.dataset_root, splits=args.calib_split, classes=reference.classes)
+    calib_folder = os.path.join(args.workdir, 'calibration_images')
+    os.makedirs(calib_folder, exist_ok=True)
+    for i in range(len(calib)):      # the calibration split only, as a folder for the CLI
+        link = os.path.join(calib_folder, os.path.basename(calib.image_path(i)))
+        if not os.path.lexists(link):
+            os.symlink(os.path.abspath(calib.image_path(i)), link)
+
+    float_path = os.path.join(args.workdir, 'fp32.onnx')
+    int8_path = os.path.join(args.workdir, 'int8.onnx')
+    export_model(args.model, float_path, 'onnx', dynamic_batch=True)
+    start = time.perf_counter()
+    export_model(args.model, int8_path, 'onnx', dynamic_batch=True, precision='int8',
+                 calibration_images=calib_folder, calibration_batches=args.calib_batches,
+                 calibration_method=args.method)
+    print('int8 export (%s calibration, %d batches of 8 %s images): %.0f s'
+          % (args.method, args.calib_batches, args.calib_split, time.perf_counter() - start))
+
+    data = VOCDetection(args.dataset_root, splits=args.split, classes=reference.classes)
+    paths = [data.image_path(i) for i in range(len(data))]
+
+    def detections(predictor):
+        return [p.detections for p in predictor.predict(paths, args.batch)]
+    expected = detections(reference)
+    for name, path in (('onnx fp32', float_path), ('onnx int8', int8_path)):
+        result = compare_detections(expected, detections(Predictor.from_model(path)))
+        print('%s vs gluon on %d %s images: %s%s' % (name, len(paths), args.split, result,
+                                                   '' if result.ok else ' (NOT within tolerance)'))
+    for name, path in (('gluon', args.model), ('onnx fp32', float_path),
+                       ('onnx int8', int8_path)):
+        print('%s:' % name, flush=True)
+        evaluate_model(path, 'voc', args.dataset_root, args.split, batch_size=args.batch,
+                       progress=False)
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
