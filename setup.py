@@ -34,12 +34,12 @@ setup(
         'tensorboardX',
     ],
     extras_require={
-        'onnx': ['onnx', 'onnxruntime'],
+        'onnx': ['onnx', 'onnxruntime', 'ml_dtypes'],   # ml_dtypes: int8 quantization
         'dali': ['nvidia-dali-cuda110'],
         'horovod': ['horovod', 'cloudpickle', 'psutil', 'pyyaml'],
         'tensorrt': ['onnx', 'tensorrt', 'cuda-python'],
         'test': ['pytest', 'pytest-timeout', 'pycocotools', 'faster-coco-eval', 'gluoncv',
-                 'onnx', 'onnxruntime', 'matplotlib'],
+                 'onnx', 'onnxruntime', 'ml_dtypes', 'matplotlib'],
         'docs': ['matplotlib'],
     },
     entry_points={'console_scripts': ['gluondet = gluondet.cli:main']},

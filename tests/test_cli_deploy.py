@@ -85,9 +85,8 @@ def test_export_tensorrt_fails_clearly_after_writing_the_onnx(trained_model, tmp
     (['--format', 'tensorrt', '-o', 'm.onnx'], 'must end with .engine'),
     (['--format', 'tensorrt', '-o', 'm.engine', '--precision', 'int8'],
      'int8 calibration needs images'),
-    (['--format', 'onnx', '-o', 'm.onnx', '--precision', 'int8'], 'needs calibration images'),
-    (['--format', 'onnx', '-o', 'm.onnx', '--precision', 'int8', '--calibration-images', '.',
-      '--calibration-cache', 'm.cache'], 'ONNX Runtime keeps none'),
+    (['--format', 'onnx', '-o', 'm.onnx', '--precision', 'int8'],
+     'int8 calibration needs images'),
     (['--format', 'tensorrt', '-o', 'm.engine', '--precision', 'int8', '--calibration-method',
       'percentile'], 'for the onnx format'),
     (['--format', 'symbol', '-o', 'm', '--precision', 'fp32'], 'onnx and tensorrt formats'),
@@ -109,12 +108,13 @@ def test_export_int8_onnx_calibrated_on_images(trained_model, small, tmp_path):
     for name in sorted(os.listdir(small[2]))[:5]:
         os.symlink(os.path.join(small[2], name), str(images / name))
     (images / 'broken.jpg').write_bytes(b'\xff\xd8 not a jpeg')
-    path = str(tmp_path / 'int8.onnx')
+    path, cache = str(tmp_path / 'int8.onnx'), str(tmp_path / 'ranges.json')
     with pytest.warns(UserWarning, match='broken.jpg'):
         assert main(['export', '--network', params, '--format', 'onnx', '-o', path,
                      '--batch-size', '2', '--precision', 'int8', '--calibration-images',
-                     str(images), '--calibration-method', 'minmax']) == 0
-    assert sorted(os.listdir(str(tmp_path))) == ['calib', 'int8.onnx']
+                     str(images), '--calibration-method', 'minmax', '--calibration-cache',
+                     cache]) == 0
+    assert sorted(os.listdir(str(tmp_path))) == ['calib', 'int8.onnx', 'ranges.json']
     model = onnx.load(path)
     ops = [node.op_type for node in model.graph.node]
     assert ops.count('DequantizeLinear') > ops.count('Conv') > 0
@@ -123,6 +123,17 @@ def test_export_int8_onnx_calibrated_on_images(trained_model, small, tmp_path):
     assert meta['precision'] == 'int8' and meta['batch_size'] == 2
     assert meta['calibration'] == {'method': 'minmax', 'batches': 2, 'images': 4, 'skipped': 1}
     assert len(meta['classes']) == 8
+
+    again = str(tmp_path / 'again.onnx')       # from the cache alone: the same model
+    assert main(['export', '--network', params, '--format', 'onnx', '-o', again,
+                 '--batch-size', '2', '--precision', 'int8', '--calibration-method', 'minmax',
+                 '--calibration-cache', cache]) == 0
+    assert _onnx_meta(again)['calibration'] == {'method': 'minmax', 'cache': 'ranges.json'}
+    assert ([i.raw_data for i in onnx.load(again).graph.initializer]
+            == [i.raw_data for i in model.graph.initializer])
+    assert main(['export', '--network', params, '--format', 'onnx', '-o', again,
+                 '--batch-size', '2', '--precision', 'int8', '--calibration-method', 'entropy',
+                 '--calibration-cache', cache]) == 1     # a cache of another method
 
     float_result = evaluate_model(params, 'voc', small[0], SMALL_SPLIT, progress=False)
     int8_result = evaluate_model(path, 'voc', small[0], SMALL_SPLIT, batch_size=2,

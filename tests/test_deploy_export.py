@@ -106,6 +106,21 @@ def test_onnx_model_checks_and_describes_itself(tmp_path, dynamic):
             _run_onnx(path, _images(1, 300, 300))
 
 
+def test_onnx_names_do_not_depend_on_earlier_networks(tmp_path):
+    # Gluon numbers top-level prefixes per process (ssd0_, ssd1_, ...); the export does not
+    paths = []
+    for _ in range(2):
+        net = get_model(FAST_NAME, pretrained_base=False)
+        mx.random.seed(0)
+        net.initialize()
+        paths.append(str(tmp_path / ('%d.onnx' % len(paths))))
+        export_onnx(net, paths[-1], 300)
+    first, second = (onnx.load(p) for p in paths)
+    assert [n.name for n in second.graph.node] == [n.name for n in first.graph.node]
+    assert first.graph.node[0].name.startswith('mobilenet0_')
+    assert second.SerializeToString() == first.SerializeToString()
+
+
 ALL_CASES = (('static', 1), ('static', 4), ('dynamic', 1), ('dynamic', 4))
 # Every name: both modes, batch 1 and a larger one, in two exports (to fit in CI; the fast
 # name takes every case).

@@ -107,13 +107,9 @@ def _check_export(fmt, output, batch_size, dynamic_batch, precision, calibration
                          'kernels (onnx takes fp32 or int8)')
     if precision != 'int8' and (calibrating or calibration[3] is not None):
         raise ValueError('calibration settings are for int8 precision')
-    if fmt == 'onnx' and calibration[2] is not None:
-        raise ValueError('a calibration cache is for the tensorrt format: ONNX Runtime keeps none')
     if fmt == 'tensorrt' and calibration[3] is not None:
         raise ValueError('the calibration method is for the onnx format: TensorRT uses its '
                          'entropy calibrator')
-    if fmt == 'onnx' and precision == 'int8' and calibration[0] is None:
-        raise ValueError('an int8 ONNX model needs calibration images')
 
 
 def export_model(network, output, fmt='onnx', params=None, pretrained=False, classes=None,
@@ -150,7 +146,8 @@ def export_model(network, output, fmt='onnx', params=None, pretrained=False, cla
         int8 only: a folder of images preprocessed as in validation, and how
         many batches to use (default all; batches of 8 for a dynamic batch).
     calibration_cache
-        TensorRT int8 only: a cache file, reused if it exists.
+        int8 only: a cache file (TensorRT's, or ONNX Runtime's activation ranges),
+        reused if it exists (then no image is read), else written.
     calibration_method : {'entropy', 'minmax', 'percentile'}, optional
         ONNX int8 only (default entropy); see :func:`~gluondet.deploy.quantize.quantize_onnx`.
 

@@ -18,6 +18,7 @@ example BatchNorm into the convolutions). It never sees the post-processing: MXN
 ``box_nms`` is rebuilt in :mod:`gluondet.deploy.onnx_graph`.
 """
 import json
+import re
 
 import mxnet as mx
 import numpy as np
@@ -91,6 +92,7 @@ def export_onnx(net, path, data_shape, batch_size=1, dynamic_batch=False, opset=
                         for name, n in (('ids', 1), ('scores', 1), ('boxes', 4)))
     for node in graph.node:  # unique names: ONNX Runtime's fusions fail on duplicates
         node.name = node.output[0]
+    _canonical_names(graph, net)
 
     model = helper.make_model(graph, producer_name='gluondet',
                               opset_imports=[helper.make_opsetid('', OPSET)])
@@ -165,3 +167,29 @@ def _exact_l2_normalization(graph, l2_eps):
             helper.make_node('Sqrt', [name + '/sumsq_eps'], [name + '/norm']),
             helper.make_node('Div', [x, name + '/norm'], list(node.output)),
         ])
+
+
+def _canonical_names(graph, net):
+    """Renumber the top-level Gluon prefixes in the graph's names (``ssd3_``, ``mobilenet7_``:
+    counters global to the Python process) from 0 per kind, in order: exporting the same
+    network gives the same names in any process, which int8 calibration caches key on."""
+    prefixes = {name.split('_', 1)[0] for name in net.collect_params().keys()}
+    prefixes.add(net.prefix.rstrip('_'))
+    mapping, counts = {}, {}
+    for prefix in sorted(prefixes, key=lambda p: (re.sub(r'\d+$', '', p), len(p), p)):
+        kind = re.sub(r'\d+$', '', prefix)
+        mapping[prefix] = '%s%d' % (kind, counts.setdefault(kind, 0))
+        counts[kind] += 1
+
+    def rename(name):
+        head, sep, rest = name.partition('_')
+        return mapping[head] + sep + rest if sep and head in mapping else name
+
+    for node in graph.node:
+        node.name = rename(node.name)
+        node.input[:] = [rename(n) for n in node.input]
+        node.output[:] = [rename(n) for n in node.output]
+    for tensor in graph.initializer:
+        tensor.name = rename(tensor.name)
+    for info in list(graph.input) + list(graph.output) + list(graph.value_info):
+        info.name = rename(info.name)
