@@ -11,7 +11,7 @@ images, then on every image of ``--split``:
 
     .venv/bin/python benchmarks/onnx_check.py --model runs/bccd/ssd_160_mobilenet0.5_custom_best.params
         [--dataset-root ../shared/datasets/bccd/BCCD --split test --calib-split trainval
-         --calib-batches 8 --method entropy --workdir onnx_check]
+         --calib-batches 8 --method minmax --workdir onnx_check]
 """
 import argparse
 import os
@@ -33,7 +33,7 @@ def main():
     parser.add_argument('--split', default='test')
     parser.add_argument('--calib-split', default='trainval')
     parser.add_argument('--calib-batches', type=int, default=8)
-    parser.add_argument('--method', default='entropy')
+    parser.add_argument('--method', default='minmax')
     parser.add_argument('--batch', type=int, default=8)
     parser.add_argument('--workdir', default='onnx_check')
     args = parser.parse_args()

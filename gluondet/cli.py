@@ -81,8 +81,8 @@ def _export_arguments(parser):
     add('--calibration-images', help='int8: a folder of images like those the model will see')
     add('--calibration-batches', type=int, help='int8: batches to calibrate with (default all)')
     add('--calibration-cache', help='int8: calibration cache file, reused if it exists')
-    add('--calibration-method', choices=('entropy', 'minmax', 'percentile'),
-        help='onnx int8: how activation ranges are chosen (default entropy)')
+    add('--calibration-method', choices=('minmax', 'percentile'),
+        help='onnx int8: how activation ranges are chosen (default minmax)')
 
 
 def _export(args):

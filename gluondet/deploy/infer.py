@@ -148,8 +148,8 @@ def export_model(network, output, fmt='onnx', params=None, pretrained=False, cla
     calibration_cache
         int8 only: a cache file (TensorRT's, or ONNX Runtime's activation ranges),
         reused if it exists (then no image is read), else written.
-    calibration_method : {'entropy', 'minmax', 'percentile'}, optional
-        ONNX int8 only (default entropy); see :func:`~gluondet.deploy.quantize.quantize_onnx`.
+    calibration_method : {'minmax', 'percentile'}, optional
+        ONNX int8 only (default minmax); see :func:`~gluondet.deploy.quantize.quantize_onnx`.
 
     Returns
     -------
@@ -189,7 +189,7 @@ def export_model(network, output, fmt='onnx', params=None, pretrained=False, cla
         float_path = output + '.float%d.onnx' % os.getpid()
         try:
             export_onnx(net, float_path, shape, batch, dynamic_batch, metadata=metadata)
-            quantize_onnx(float_path, output, calibrator, calibration_method or 'entropy')
+            quantize_onnx(float_path, output, calibrator, calibration_method or 'minmax')
         finally:
             if os.path.exists(float_path):
                 os.remove(float_path)
