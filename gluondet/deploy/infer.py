@@ -19,7 +19,8 @@ Output formats of :func:`infer`:
   can be matched to another json's by file name.
 - ``--kitti-labels DIR``: one ``{image stem}.txt`` per image (empty if nothing
   was found), a line per detection, ``Class 0 0 0 x1 y1 x2 y2 0 0 0 0 0 0 0
-  score``, boxes in 0-based pixels as KITTI's, spaces in class names as ``_``.
+  score``, boxes in 0-based pixels as KITTI's, clipped to the image, spaces in class
+  names as ``_``.
 - ``--visualize DIR``: each image under its own file name, with the boxes
   scoring at least ``--threshold``, class names and scores drawn.
 
@@ -223,13 +224,18 @@ def coco_results(image_id, detections):
             for cls, bbox, score in zip(detections.ids, bboxes, detections.scores)]
 
 
-def kitti_lines(detections, classes):
-    """KITTI label lines ``Class 0 0 0 x1 y1 x2 y2 0 0 0 0 0 0 0 score`` of one image."""
+def kitti_lines(detections, classes, image_size):
+    """KITTI label lines ``Class 0 0 0 x1 y1 x2 y2 0 0 0 0 0 0 0 score`` of one image.
+
+    Boxes are clipped to the ``(width, height)`` image, as KITTI labels are (and as
+    gluondet's datasets clip what they read), so the lines read back as they were written.
+    """
     names = [name.replace(' ', '_') for name in classes]
+    width, height = image_size
+    boxes = np.clip(detections.boxes, 0, [width - 1, height - 1, width - 1, height - 1])
     return ['%s 0 0 0 %.2f %.2f %.2f %.2f 0 0 0 0 0 0 0 %.4f' % ((names[cls],) + tuple(box)
                                                                   + (score,))
-            for cls, box, score in zip(detections.ids, detections.boxes.tolist(),
-                                       detections.scores)]
+            for cls, box, score in zip(detections.ids, boxes.tolist(), detections.scores)]
 
 
 def _stem(path):
@@ -291,9 +297,9 @@ def infer(model, images, output='detections.json', backend=None, params=None, pr
         found = item.detections
         results.extend(coco_results(image_id, found))
         if kitti_labels:
-            lines = kitti_lines(found, predictor.classes)
+            lines = kitti_lines(found, predictor.classes, item.image.shape[1::-1])
             atomic_write(os.path.join(kitti_labels, _stem(item.source) + '.txt'),
-                              ''.join(line + '\n' for line in lines))
+                         ''.join(line + '\n' for line in lines))
         if visualize:
             drawn = draw_boxes(item.image, found.boxes, found.ids, found.scores,
                                predictor.classes, threshold=threshold)
