@@ -100,15 +100,16 @@ def _check_export(fmt, output, batch_size, dynamic_batch, precision, calibration
     elif not lower.endswith(ENGINE_EXTENSIONS):
         raise ValueError('the TensorRT engine file must end with %s, got %s'
                          % (' or '.join(ENGINE_EXTENSIONS), output))
-    calibrating = any(v is not None for v in calibration[:3])
+    images, batches, cache, method = calibration
+    calibrating = any(v is not None for v in (images, batches, cache))
     if fmt == 'symbol' and (precision is not None or calibrating):
         raise ValueError('precision and calibration settings are for the onnx and tensorrt formats')
     if fmt == 'onnx' and precision == 'fp16':
         raise ValueError('fp16 is for the tensorrt format: ONNX Runtime on the CPU has no fp16 '
                          'kernels (onnx takes fp32 or int8)')
-    if precision != 'int8' and (calibrating or calibration[3] is not None):
+    if precision != 'int8' and (calibrating or method is not None):
         raise ValueError('calibration settings are for int8 precision')
-    if fmt == 'tensorrt' and calibration[3] is not None:
+    if fmt == 'tensorrt' and method is not None:
         raise ValueError('the calibration method is for the onnx format: TensorRT uses its '
                          'entropy calibrator')
 
