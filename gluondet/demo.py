@@ -3,7 +3,7 @@
 `run_demo` trains ``ssd_160_mobilenet0.5_custom`` on `DemoDetection` (1000
 train images, no pretrained weights), validates on the 200 val images with
 VOC07 mAP, draws its detections on some val images, and prints the final mAP.
-On two CPU cores it takes about six minutes and ends at mAP 0.93;
+On two CPU cores it takes about six minutes and ends at mAP 0.96;
 ``tests/test_demo_learning.py`` holds it to >= 0.9.
 
 Why this recipe (each choice measured on the demo data, 2 CPU cores):
@@ -18,6 +18,9 @@ Why this recipe (each choice measured on the demo data, 2 CPU cores):
 - Batch 8 beats batch 16 at the same epochs; lr 0.04 with cosine decay learns
   fastest, 0.06 is unstable early. The demo objects already come in every
   size and place, so the zoom-out and crop augmentation only slows learning.
+- 20 epochs, not 12: at 12 the same seed ended at 0.931 on one CPU and 0.881 on
+  another (float rounding differs between CPUs and sends training elsewhere);
+  at 20 seeds 1 and 3 end at 0.962 and 0.952, clear of 0.9.
 """
 import os
 import time
@@ -37,7 +40,7 @@ NETWORK = 'ssd_160_mobilenet0.5_custom'
 DATA_SHAPE = 160
 NUM_TRAIN, NUM_VAL = 1000, 200
 DATA_SEED = 0
-EPOCHS = 12
+EPOCHS = 20
 SEED = 1
 TRAIN_SETTINGS = {
     'batch_size': 8,
