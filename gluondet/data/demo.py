@@ -20,7 +20,7 @@ import cv2
 import numpy as np
 from filelock import FileLock
 
-from ..engine.checkpoint import atomic_write
+from ..files import atomic_write
 from .base import DatasetError, DetectionDataset, Record
 
 __all__ = ['DEMO_CLASSES', 'DemoDetection', 'demo_home', 'render_demo_image']

@@ -18,7 +18,7 @@ import warnings
 import numpy as np
 
 from ..data.base import DatasetError, empty_label, read_image
-from ..engine.checkpoint import atomic_write
+from ..files import atomic_write
 from ..tasks.ssd import SSDValTransform
 
 __all__ = ['CalibrationBatches', 'make_calibrator', 'val_preprocess']

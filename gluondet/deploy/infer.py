@@ -38,7 +38,7 @@ from tqdm import tqdm
 from ..data import COCODetection, KITTIDetection, VOCDetection
 from ..data.coco import xyxy_to_coco
 from ..data.voc import infer_layout
-from ..engine.checkpoint import atomic_write
+from ..files import atomic_write
 from ..metrics import COCODetectionMetric, VOC07MApMetric
 from ..metrics.coco_eval import format_summary
 from ..tools.visualize import draw_boxes, save_image

@@ -22,7 +22,7 @@ import time
 
 import numpy as np
 
-from ..engine.checkpoint import atomic_write
+from ..files import atomic_write
 from .calibration import (CalibrationBatches, _cuda, _DeviceBuffer, _import_cudart,
                           _import_tensorrt, _positive_int, make_calibrator)
 

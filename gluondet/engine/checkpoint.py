@@ -31,6 +31,8 @@ import subprocess
 import mxnet as mx
 from mxnet import nd
 
+from ..files import atomic_save, atomic_write, remove_if_exists, write_synced
+
 LOG = logging.getLogger(__name__)
 FORMAT = 'gluondet-checkpoint'
 PARAMS_FORMAT = 'gluondet-params'
@@ -196,7 +198,7 @@ def save_params(net, path, info):
         JSON-ready description (meta, epoch, metrics, ...); provenance is added.
     """
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    _atomic(net.save_parameters, path)
+    atomic_save(net.save_parameters, path)
     text = json.dumps(dict(format=PARAMS_FORMAT, **provenance(), **info), indent=1)
     atomic_write(path[:-len('.params')] + '.json', text)
 
@@ -272,45 +274,17 @@ def provenance():
             'time': datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds')}
 
 
-def atomic_write(path, data):
-    """Write ``data`` (str or bytes) to ``path`` through a synced temporary file and a rename."""
-    def write(tmp):
-        with open(tmp, 'w' if isinstance(data, str) else 'wb') as f:
-            f.write(data)
-    _atomic(write, path)
-
-
-def _atomic(write, path):
-    tmp = '%s.tmp%d' % (path, os.getpid())
-    try:
-        _write_synced(write, tmp)
-        os.replace(tmp, path)
-    finally:
-        _remove_if_exists(tmp)
-
-
 def _write_hashed(write, stem, ext):
     """Write ``{stem}-{sha1[:8]}{ext}`` atomically; returns its path and sha1."""
     tmp = '%s.tmp%d%s' % (stem, os.getpid(), ext)    # a leftover matches the stale-file glob
     try:
-        _write_synced(write, tmp)
+        write_synced(write, tmp)
         sha1 = _sha1(tmp)
         path = '%s-%s%s' % (stem, sha1[:8], ext)
         os.replace(tmp, path)
     finally:
-        _remove_if_exists(tmp)
+        remove_if_exists(tmp)
     return path, sha1
-
-
-def _write_synced(write, path):
-    write(path)
-    with open(path, 'rb+') as f:
-        os.fsync(f.fileno())
-
-
-def _remove_if_exists(path):
-    if os.path.exists(path):
-        os.remove(path)
 
 
 def _sha1(path):

@@ -16,7 +16,8 @@ import time
 
 from mxnet import nd
 
-from .checkpoint import atomic_write, read_manifest
+from ..files import atomic_write
+from .checkpoint import read_manifest
 from .config import TrainConfig
 from .hooks import HookBase, SignalHook
 from .loop import fit
