@@ -101,11 +101,11 @@ def test_export_refuses_what_it_cannot_do(trained_model, tmp_path, capsys, argv,
 
 def test_export_int8_onnx_calibrated_on_images(trained_model, small, tmp_path):
     """ONNX Runtime's int8 model: QDQ convolutions, float post-processing, metadata kept,
-    run by the predictor; on a trained model its detections stay near the float model's."""
+    a reusable cache; run by the predictor, it finds the float model's confident boxes."""
     params, metrics = trained_model[:2]
     images = tmp_path / 'calib'
     images.mkdir()
-    for name in sorted(os.listdir(small[2]))[:5]:
+    for name in sorted(os.listdir(small[2])):
         os.symlink(os.path.join(small[2], name), str(images / name))
     (images / 'broken.jpg').write_bytes(b'\xff\xd8 not a jpeg')
     path, cache = str(tmp_path / 'int8.onnx'), str(tmp_path / 'ranges.json')
@@ -121,7 +121,7 @@ def test_export_int8_onnx_calibrated_on_images(trained_model, small, tmp_path):
     assert 'NonMaxSuppression' in ops
     meta = _onnx_meta(path)
     assert meta['precision'] == 'int8' and meta['batch_size'] == 2
-    assert meta['calibration'] == {'method': 'minmax', 'batches': 2, 'images': 4, 'skipped': 1}
+    assert meta['calibration'] == {'method': 'minmax', 'batches': 6, 'images': 12, 'skipped': 1}
     assert len(meta['classes']) == 8
 
     again = str(tmp_path / 'again.onnx')       # from the cache alone: the same model
@@ -135,10 +135,16 @@ def test_export_int8_onnx_calibrated_on_images(trained_model, small, tmp_path):
                  '--batch-size', '2', '--precision', 'int8', '--calibration-method', 'percentile',
                  '--calibration-cache', cache]) == 1     # a cache of another method
 
-    float_result = evaluate_model(params, 'voc', small[0], SMALL_SPLIT, progress=False)
-    int8_result = evaluate_model(path, 'voc', small[0], SMALL_SPLIT, batch_size=2,
-                                 progress=False)
-    assert abs(int8_result['mAP'] - float_result['mAP']) < 0.05
+    # the float model's confident detections, as ground truth, are found by the int8 model
+    metric = VOC07MApMetric(iou_thresh=0.5)
+    paths = sorted(os.path.join(small[2], n) for n in os.listdir(small[2]))
+    for a, b in zip(Predictor.from_model(params).predict(paths),
+                    Predictor.from_model(path).predict(paths, batch_size=2)):
+        keep = a.detections.scores >= 0.3
+        metric.update(b.detections.boxes[None], b.detections.ids[None],
+                      b.detections.scores[None], a.detections.boxes[keep][None],
+                      a.detections.ids[keep][None])
+    assert metric.get()[1] >= 0.6, metric.get()     # 0.76 measured (the float model: 1)
 
 
 # ---------------------------------------------------------------- infer
