@@ -1,6 +1,7 @@
 """COCODetection: layouts, id maps, box conversion, bad input, agreement with VOC."""
 import json
 import os
+import re
 
 import cv2
 import numpy as np
@@ -39,9 +40,13 @@ def load(folder, **kwargs):
 
 
 def test_box_conversion_and_its_inverse():
-    assert coco_to_xyxy([10, 20, 30, 40]) == (9, 19, 39, 59)
-    np.testing.assert_array_equal(xyxy_to_coco([[9, 19, 39, 59], [0, 0, 1.5, 2]]),
-                                  [[10, 20, 30, 40], [1, 1, 1.5, 2]])
+    assert coco_to_xyxy([10, 20, 30, 40]) == (10, 20, 39, 59)   # GluonCV: x + w - 1
+    assert coco_to_xyxy([10, 20, 0.5, -3]) == (10, 20, 10, 20)   # max(w - 1, 0)
+    np.testing.assert_array_equal(xyxy_to_coco([[10, 20, 39, 59], [0, 0, 1.5, 2]]),
+                                  [[10, 20, 30, 40], [0, 0, 2.5, 3]])
+    boxes = np.random.default_rng(0).uniform(0, 500, (50, 4))
+    boxes[:, 2:] += boxes[:, :2]
+    np.testing.assert_allclose([coco_to_xyxy(b) for b in xyxy_to_coco(boxes)], boxes, rtol=1e-12)
 
 
 def test_labels_ids_and_maps(tmp_path):
@@ -52,8 +57,8 @@ def test_labels_ids_and_maps(tmp_path):
     assert ds.json_id_to_contiguous == {3: 0, 7: 1}
     assert ds.contiguous_id_to_json == {0: 3, 1: 7}
     assert ds.image_ids == [2, 5]  # images in order of id, as GluonCV
-    np.testing.assert_array_equal(ds.label(0), [[0, 0, 5, 5, 0, 0], [1, 2, 5, 7, 1, 0]])
-    np.testing.assert_array_equal(ds.label(1), [[9, 19, 39, 39, 1, 0]])
+    np.testing.assert_array_equal(ds.label(0), [[1, 1, 5, 5, 0, 0], [2, 3, 5, 7, 1, 0]])
+    np.testing.assert_array_equal(ds.label(1), [[10, 20, 39, 39, 1, 0]])
     assert ds.image_size(1) == (64, 48)
     assert ds.annotation_file == os.path.join(str(tmp_path), 'ann.json')
     image, label = ds[1]
@@ -109,10 +114,13 @@ def test_min_object_area(tmp_path):
     assert len(ds.label(0)) == 1 and ds.report.dropped == {'small': 1}
 
 
-@pytest.mark.parametrize('bbox, reason', [([5, 5, 0, 9], 'zero_area'), ([5, 5, -3, 9], 'inverted'),
-                                          ([100, 5, 9, 9], 'outside_image')])
-def test_bad_boxes_are_dropped_or_raise(tmp_path, bbox, reason):
-    coco_files(tmp_path, [(1, 'a.jpg')], [ann(1, bbox), ann(1, [1, 1, 5, 5])])
+@pytest.mark.parametrize('bbox, extra, reason', [
+    ([5, 5, 0, 9], {}, 'zero_area'), ([5, 5, 1, 9], {}, 'zero_area'),   # as GluonCV: w - 1 = 0
+    ([5, 5, 0.5, 9], {}, 'zero_area'), ([5, 5, 4, 9], {'area': 0}, 'zero_area'),
+    ([5, 5, -3, 9], {}, 'inverted'), ([100, 5, 9, 9], {}, 'outside_image'),
+    ([63, 5, 9, 9], {}, 'outside_image')])      # clipped to the last column: no width left
+def test_bad_boxes_are_dropped_or_raise(tmp_path, bbox, extra, reason):
+    coco_files(tmp_path, [(1, 'a.jpg')], [ann(1, bbox, **extra), ann(1, [1, 1, 5, 5])])
     ds = load(tmp_path)
     assert ds.report.dropped == {reason: 1} and len(ds.label(0)) == 1
     with pytest.raises(DatasetError, match=r'ann\.json: annotations\[0\]/bbox: '):
@@ -122,7 +130,7 @@ def test_bad_boxes_are_dropped_or_raise(tmp_path, bbox, reason):
 def test_partly_outside_box_is_clipped(tmp_path):
     coco_files(tmp_path, [(1, 'a.jpg')], [ann(1, [-4, 40, 100, 100])])
     ds = load(tmp_path)
-    np.testing.assert_array_equal(ds.label(0), [[0, 39, 63, 47, 1, 0]])
+    np.testing.assert_array_equal(ds.label(0), [[0, 40, 63, 47, 1, 0]])
     assert ds.report.clipped == 1
 
 
@@ -130,7 +138,17 @@ def test_partly_outside_box_is_clipped(tmp_path):
     ({'bbox': [1, 2, 3]}, r'annotations\[0\]/bbox: expected \[x, y, w, h\]'),
     ({'bbox': [1, 2, 3, float('nan')]}, r'annotations\[0\]/bbox: expected'),
     ({'bbox': [1, 2, 3, '4']}, r'annotations\[0\]/bbox: expected'),
-    ({'category_id': 99}, r'annotations\[0\]/category_id: no category with id 99')])
+    ({'bbox': None}, r'annotations\[0\]/bbox: expected'),
+    ({'bbox': {'x': 1}}, r'annotations\[0\]/bbox: expected'),
+    ({'bbox': '1 2 3 4'}, r'annotations\[0\]/bbox: expected'),
+    ({'bbox': [1, 2, 3, 10 ** 400]}, r'annotations\[0\]/bbox: expected'),   # too big for a float
+    ({'bbox': [1, 2, True, 4]}, r'annotations\[0\]/bbox: expected'),
+    ({'area': '25'}, r'annotations\[0\]/area: expected a finite number'),
+    ({'category_id': 99}, r'annotations\[0\]/category_id: no category with id 99'),
+    ({'category_id': [7]}, r'annotations\[0\]/category_id: no category with id \[7\]'),
+    ({'category_id': {'id': 7}}, r'annotations\[0\]/category_id: no category'),
+    ({'category_id': None}, r'annotations\[0\]/category_id: no category with id None'),
+    ({'category_id': '7'}, r"annotations\[0\]/category_id: no category with id '7'")])
 def test_malformed_annotation_skips_the_image(tmp_path, bad, message):
     a = ann(1, [1, 1, 5, 5])
     a.update(bad)
@@ -138,6 +156,19 @@ def test_malformed_annotation_skips_the_image(tmp_path, bad, message):
     ds = load(tmp_path)
     assert ds.image_ids == [2] and ds.report.skipped == {'bad_annotation': 1}
     with pytest.raises(DatasetError, match=message):
+        load(tmp_path, on_error='raise')
+
+
+@pytest.mark.parametrize('image_id', [None, [1], {'id': 1}, 1.0, True, 'missing'])
+def test_annotation_without_a_usable_image_id_is_dropped_or_raises(tmp_path, image_id):
+    a = ann(image_id, [1, 1, 5, 5])
+    if image_id == 'missing':
+        del a['image_id']
+    coco_files(tmp_path, [(1, 'a.jpg')], [ann(1, [2, 2, 5, 5]), a])
+    ds = load(tmp_path)
+    assert ds.report.dropped == {'bad_annotation': 1} and len(ds.label(0)) == 1
+    with pytest.raises(DatasetError, match=r'annotations\[1\]/image_id: missing or not an int or '
+                                           r'str, got %s' % re.escape(repr(a.get('image_id')))):
         load(tmp_path, on_error='raise')
 
 
@@ -186,6 +217,12 @@ def test_malformed_json_always_raises(tmp_path):
     ([], 'categories: missing or not a list'),
     ({'images': [], 'annotations': [], 'categories': [{'id': 1}]},
      r'categories\[0\]: needs an id and a name'),
+    ({'images': [], 'annotations': [], 'categories': [{'id': [1], 'name': 'a'}]},
+     r'categories\[0\]/id: missing or not an int or str, got \[1\]'),
+    ({'images': [], 'annotations': [None], 'categories': []},
+     r'annotations\[0\]: not a json object, got None'),
+    ({'images': [{'id': [1], 'file_name': 'a.jpg'}], 'annotations': [], 'categories': []},
+     r'images\[0\]/id: missing or not an int or str'),
     ({'images': {}, 'annotations': [], 'categories': []}, 'images: missing or not a list'),
     ({'images': [{'file_name': 'a.jpg'}], 'annotations': [], 'categories': []},
      r'images\[0\]/id: missing'),

@@ -209,13 +209,13 @@ def _stand_in(tmp_path, gt):
 
 
 def _batches(gt, dets, dataset, scale=(1., 1.), pad=5):
-    """Detections (COCO xywh) as padded xyxy batches of 3 images, in dataset pixels * scale."""
+    """Detections (COCO xywh) as padded xyxy batches of 3 images, in dataset pixels * scale
+    (read as GluonCV reads COCO boxes, which ``COCODetectionMetric`` inverts)."""
     json_to_class = {j: c for c, j in enumerate(dataset.contiguous_id_to_json)}
     per_image = {i: [] for i in dataset.image_ids}
     for d in dets:
         x, y, w, h = d['bbox']
-        box = [(x - 1) * scale[0], (y - 1) * scale[1], (x - 1 + w) * scale[0],
-               (y - 1 + h) * scale[1]]
+        box = [x * scale[0], y * scale[1], (x + w - 1) * scale[0], (y + h - 1) * scale[1]]
         per_image[d['image_id']].append(box + [json_to_class[d['category_id']], d['score']])
     width = max(len(rows) for rows in per_image.values()) + pad
     rows = np.full((len(per_image), width, 6), -1.)
@@ -271,7 +271,7 @@ def test_metric_post_affine_and_cleanup(tmp_path):
 def test_metric_skips_padding_unknown_classes_and_low_scores(tmp_path):
     dataset = _stand_in(tmp_path, _tiny_gt())
     metric = COCODetectionMetric(dataset)
-    boxes = np.array([[[9, 9, 29, 29], [49, 49, 89, 89], [49, 49, 89, 89], [0, 0, 1, 1]]])
+    boxes = np.array([[[10, 10, 29, 29], [50, 50, 89, 89], [50, 50, 89, 89], [0, 0, 1, 1]]])
     metric.update(boxes, np.array([[0, 0, 1, -1]]), np.array([[0.9, 0.01, 0.9, 0.9]]))
     metric.get()
     assert metric.stats['APs'] == pytest.approx(1.0) and metric.stats['APm'] == 0.0

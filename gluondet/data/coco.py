@@ -7,33 +7,31 @@ from numbers import Number
 
 import numpy as np
 
+from ..bbox import bbox_xywh_to_xyxy, bbox_xyxy_to_xywh
 from .base import DatasetError, DetectionDataset, Record, empty_label, safe_join
 
 __all__ = ['COCODetection', 'coco_to_xyxy', 'xyxy_to_coco']
 
 
 def coco_to_xyxy(bbox):
-    """COCO ``[x, y, w, h]`` -> ``[xmin, ymin, xmax, ymax]`` in the dataset pixel frame.
+    """COCO ``[x, y, w, h]`` -> ``(xmin, ymin, xmax, ymax)`` in the dataset pixel frame.
 
-    The corners ``x, y, x + w, y + h`` are read like VOC's 1-based
-    ``bndbox`` and shifted by -1 as :class:`VOCDetection` shifts them, so a
-    json converted from VOC xml by copying the corners (as the BCCD and cards
-    json in ``shared/datasets``, and common voc2coco scripts) gives exactly
-    the VOC loader's boxes. GluonCV's ``COCODetection`` reads ``[x, y, x + w
-    - 1, y + h - 1]`` instead: ``xmin, ymin`` differ by one pixel.
-    :func:`xyxy_to_coco` is the exact inverse.
+    GluonCV's reading (``gluoncv.utils.bbox.bbox_xywh_to_xyxy``): COCO's
+    continuous box covers the pixels ``x ... x + w - 1``, so ``xmax = x +
+    max(w - 1, 0)`` (and ``ymax`` alike). A VOC box converted the standard way,
+    ``[xmin - 1, ymin - 1, xmax - xmin + 1, ymax - ymin + 1]``, reads back as
+    :class:`VOCDetection` reads the xml (1 subtracted from every corner).
+    A box ``w <= 1`` or ``h <= 1`` wide has no area and is dropped, as GluonCV
+    drops it. :func:`xyxy_to_coco` is the inverse.
     """
-    x, y, w, h = bbox
-    return x - 1., y - 1., x + w - 1., y + h - 1.
+    return tuple(bbox_xywh_to_xyxy(np.asarray(bbox, dtype=np.float64), offset=1).tolist())
 
 
 def xyxy_to_coco(boxes):
-    """Inverse of :func:`coco_to_xyxy`: ``N x 4`` corner boxes -> ``N x 4`` ``[x, y, w, h]``.
-
-    For writing detections back in the json's frame (COCO evaluation).
+    """Inverse of :func:`coco_to_xyxy`: ``N x 4`` corner boxes -> ``N x 4`` ``[x, y, x2 - x + 1,
+    y2 - y + 1]``, as GluonCV's ``COCODetectionMetric`` writes detections.
     """
-    boxes = np.asarray(boxes, dtype=np.float64).reshape(-1, 4)
-    return np.concatenate([boxes[:, :2] + 1., boxes[:, 2:] - boxes[:, :2]], axis=1)
+    return bbox_xyxy_to_xywh(np.asarray(boxes, dtype=np.float64).reshape(-1, 4), offset=1)
 
 
 def _load_json(path):
@@ -50,6 +48,8 @@ def _load_json(path):
                            % (err.lineno, err.colno, err.msg), 'bad_layout') from None
     except UnicodeDecodeError as err:
         raise DatasetError(path, 'json', 'not UTF-8 text (%s)' % err.reason, 'bad_layout') from None
+    except (ValueError, RecursionError) as err:  # e.g. an integer of more than 4300 digits
+        raise DatasetError(path, 'json', 'cannot be parsed (%s)' % err, 'bad_layout') from None
 
 
 def _list(path, data, key):
@@ -61,7 +61,18 @@ def _list(path, data, key):
 
 
 def _is_number(value):
-    return isinstance(value, Number) and not isinstance(value, bool) and math.isfinite(value)
+    """A finite int or float (not a bool; not an int too large for a float)."""
+    if not isinstance(value, Number) or isinstance(value, bool):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
+
+
+def _is_id(value):
+    """An int or str id, as COCO's (bools, floats, lists, dicts and null are not)."""
+    return isinstance(value, (int, str)) and not isinstance(value, bool)
 
 
 class COCODetection(DetectionDataset):
@@ -73,12 +84,16 @@ class COCODetection(DetectionDataset):
     json is relative to ``image_root``; names that are absolute or climb out
     of it are refused).
 
-    Boxes: see :func:`coco_to_xyxy` (it matches the VOC loader for json made
-    from VOC corners); they are clipped to ``[0, width - 1] x [0, height -
-    1]``, zero-area and inverted boxes are dropped (or raise). Crowd boxes
-    (``iscrowd``) and ``ignore`` boxes are left out of the labels (COCO
-    evaluation reads them from the json itself). Images are in order of
-    their COCO id, as GluonCV.
+    Boxes are read as GluonCV reads them: ``[x, y, x + w - 1, y + h - 1]``
+    (:func:`coco_to_xyxy`; a json converted from VOC xml the standard way gives
+    the VOC loader's boxes), clipped to ``[0, width - 1] x [0, height - 1]``;
+    boxes that keep no area, whose ``area`` is not above 0 or whose width or
+    height is negative are dropped (or raise), the boxes GluonCV drops. Crowd
+    boxes (``iscrowd``) and ``ignore`` boxes are left out of the labels (COCO
+    evaluation reads them from the json itself). Images are in order of their
+    COCO id, as GluonCV. Malformed fields (a ``bbox`` that is not four finite
+    numbers, an ``image_id`` or ``category_id`` that is not an int or str) are
+    :class:`DatasetError` naming the file and field, or counted and skipped.
 
     Parameters
     ----------
@@ -159,9 +174,12 @@ class COCODetection(DetectionDataset):
         path = self.annotation_file
         categories = {}
         for i, cat in enumerate(_list(path, data, 'categories')):
-            if not isinstance(cat, dict) or 'id' not in cat or not isinstance(cat.get('name'), str):
+            if not isinstance(cat, dict) or not isinstance(cat.get('name'), str):
                 raise DatasetError(path, 'categories[%d]' % i, 'needs an id and a name',
                                    'bad_layout')
+            if not _is_id(cat.get('id')):
+                raise DatasetError(path, 'categories[%d]/id' % i, 'missing or not an int or str, '
+                                   'got %r' % (cat.get('id'),), 'bad_layout')
             if cat['id'] in categories:
                 raise DatasetError(path, 'categories[%d]/id' % i, 'duplicate id %r' % cat['id'],
                                    'bad_layout')
@@ -177,8 +195,15 @@ class COCODetection(DetectionDataset):
         images = _list(path, data, 'images')
         annotations = defaultdict(list)
         for i, ann in enumerate(_list(path, data, 'annotations')):
-            if not isinstance(ann, dict) or 'image_id' not in ann:
-                raise DatasetError(path, 'annotations[%d]' % i, 'needs an image_id', 'bad_layout')
+            if not isinstance(ann, dict):
+                raise DatasetError(path, 'annotations[%d]' % i, 'not a json object, got %r'
+                                   % (ann,), 'bad_layout')
+            if not _is_id(ann.get('image_id')):
+                # it belongs to no image, so only the annotation itself can be left out
+                self._fail(DatasetError(path, 'annotations[%d]/image_id' % i, 'missing or not '
+                                        'an int or str, got %r' % (ann.get('image_id'),),
+                                        'bad_annotation'), box=True)
+                continue
             annotations[ann['image_id']].append((i, ann))
         seen = set()
         records = []
@@ -195,7 +220,7 @@ class COCODetection(DetectionDataset):
         return records
 
     def _image_key(self, index, entry):
-        if not isinstance(entry, dict) or not isinstance(entry.get('id'), (int, str)):
+        if not isinstance(entry, dict) or not _is_id(entry.get('id')):
             raise DatasetError(self.annotation_file, 'images[%d]/id' % index,
                                'missing or not an int or str', 'bad_layout')
         return (isinstance(entry['id'], str), entry['id'])
@@ -249,22 +274,41 @@ class COCODetection(DetectionDataset):
                 return None
             if self._left_out(field, ann):
                 continue
-            box = self._clean_box(coco_to_xyxy(bbox), size[0], size[1], self.annotation_file,
-                                  field + '/bbox', written=bbox)
+            box = self._box(field, ann, bbox, size)
             if box is None:
-                continue
-            if ann.get('area', bbox[2] * bbox[3]) < self._min_object_area:
-                self.report.drop_box('small', '%s: %s' % (self.annotation_file, field))
                 continue
             rows.append(box + (self.json_id_to_contiguous[ann['category_id']], 0))
         return np.array(rows, dtype=np.float32).reshape(-1, 6) if rows else empty_label()
+
+    def _box(self, field, ann, bbox, size):
+        """The clipped corner box of a valid annotation, or None (counted, or raised).
+
+        GluonCV's rule: boxes of ``area`` under ``min_object_area`` or not above 0 are
+        left out, then the box is read with :func:`coco_to_xyxy` and clipped, and kept
+        if ``xmax > xmin`` and ``ymax > ymin``.
+        """
+        where = self.annotation_file, field + '/bbox'
+        shown = '[%s]' % ', '.join('%g' % v for v in bbox)
+        if bbox[2] < 0 or bbox[3] < 0:
+            self._fail(DatasetError(*where, 'negative width or height in %s' % shown,
+                                    'inverted'), box=True)
+            return None
+        area = ann.get('area', bbox[2] * bbox[3])
+        if area < self._min_object_area:
+            self.report.drop_box('small', '%s: %s' % where)
+            return None
+        if area <= 0:
+            self._fail(DatasetError(*where, 'zero-area box %s (area %g)' % (shown, area),
+                                    'zero_area'), box=True)
+            return None
+        return self._clean_box(coco_to_xyxy(bbox), size[0], size[1], *where, written=bbox)
 
     def _bbox(self, field, ann):
         bbox = ann.get('bbox')
         if not (isinstance(bbox, list) and len(bbox) == 4 and all(_is_number(v) for v in bbox)):
             raise DatasetError(self.annotation_file, field + '/bbox', 'expected [x, y, w, h] '
                                'finite numbers, got %r' % (bbox,), 'bad_annotation')
-        if ann.get('category_id') not in self._category_names:
+        if not _is_id(ann.get('category_id')) or ann['category_id'] not in self._category_names:
             raise DatasetError(self.annotation_file, field + '/category_id', 'no category with id '
                                '%r' % (ann.get('category_id'),), 'bad_annotation')
         if not _is_number(ann.get('area', 0)):

@@ -9,9 +9,9 @@ Output formats of :func:`infer`:
   unreadable image leaves its number unused, so ids do not depend on which
   files could be read). ``category_id`` is the 1-based index into the model's
   classes. ``bbox`` is written with
-  :func:`gluondet.data.coco.xyxy_to_coco` (``x = xmin + 1``, ``w = xmax -
-  xmin``), the inverse of how gluondet reads COCO boxes, so reading the
-  results back gives the detected boxes exactly.
+  :func:`gluondet.data.coco.xyxy_to_coco` (``[xmin, ymin, xmax - xmin + 1, ymax
+  - ymin + 1]``, as GluonCV writes detections), the inverse of how gluondet and
+  GluonCV read COCO boxes, so reading the results back gives the detected boxes.
 - beside it, ``detections_images.json``: a COCO dataset file (``images`` with
   id, file name relative to the image folder, width and height;
   ``categories``; no annotations) naming those ids, so that
@@ -217,7 +217,8 @@ def export_model(network, output, fmt='onnx', params=None, pretrained=False, cla
 def coco_results(image_id, detections):
     """COCO results rows of one image's :class:`~gluondet.deploy.predictor.Detections`.
 
-    ``category_id`` is the class index + 1; ``bbox`` is ``xyxy_to_coco`` of the box.
+    ``category_id`` is the class index + 1; ``bbox`` is ``xyxy_to_coco`` of the box,
+    ``[xmin, ymin, xmax - xmin + 1, ymax - ymin + 1]``.
     """
     bboxes = xyxy_to_coco(detections.boxes).tolist()
     return [{'image_id': image_id, 'category_id': int(cls) + 1, 'bbox': bbox,

@@ -14,6 +14,7 @@ import warnings
 import mxnet as mx
 import numpy as np
 
+from ..bbox import bbox_xyxy_to_xywh
 from ._inputs import as_batches, batch_boxes, batch_values
 from .coco_eval import (IOU_THRESHOLDS, coco_evaluate, evaluate_boxes, format_summary,
                         load_ground_truth, summarize)
@@ -47,8 +48,8 @@ class COCODetectionMetric(mx.metric.EvalMetric):
         ``fn(orig_w, orig_h, out_w, out_h) -> 2 x 3`` matrix applied to the
         box corners instead of the scaling (needs ``data_shape``).
 
-    Boxes are written back with the inverse of gluondet's
-    ``COCODetection`` reading (``x = xmin + 1``, ``w = xmax - xmin``).
+    Boxes are written back as GluonCV writes them, ``[xmin, ymin, xmax - xmin +
+    1, ymax - ymin + 1]``: the inverse of ``COCODetection``'s reading.
     """
 
     def __init__(self, dataset, save_prefix=None, use_time=True, cleanup=False,
@@ -139,9 +140,7 @@ class COCODetectionMetric(mx.metric.EvalMetric):
         category = np.where(known, self._json_ids[np.where(known, labels, 0)], -1)
         keep = (category >= 0) & (scores >= self._score_thresh)
         image, index = np.nonzero(keep)
-        box = boxes[keep]
-        return np.column_stack([image + first, box[:, 0] + 1, box[:, 1] + 1,
-                                box[:, 2] - box[:, 0], box[:, 3] - box[:, 1],
+        return np.column_stack([image + first, bbox_xyxy_to_xywh(boxes[keep], offset=1),
                                 scores[keep], category[image, index]])
 
     def get(self):
