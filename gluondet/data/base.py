@@ -435,6 +435,7 @@ class DetectionDataset(gluon.data.Dataset):
     def _finish(self, records, name):
         """Install the built records, fill the report and log it."""
         self._records = list(records)
+        self._name = name
         self.report.images = len(self._records)
         self.report.boxes = sum(len(r.label) for r in self._records)
         logger.info('%s, %d classes: %s', name, self.num_class, self.report.summary())
@@ -475,7 +476,8 @@ class DetectionDataset(gluon.data.Dataset):
                 self._unreadable.add(current)
                 self.report.replace_item(error.reason or 'unreadable_image', str(error))
                 logger.warning('%s; using the next readable item instead', error)
-        raise DatasetError(type(self).__name__, 'images', 'no item could be read')
+        raise DatasetError(getattr(self, '_name', type(self).__name__), 'images',
+                           'no item could be read (%s)' % self.report.summary())
 
 
 def _fmt_box(box):

@@ -140,6 +140,9 @@ def _read_ids(path):
     except OSError as err:
         raise DatasetError(path, 'split', 'cannot read the split list (%s)' % err.strerror,
                            'bad_layout') from None
+    except UnicodeDecodeError as err:
+        raise DatasetError(path, 'split', 'the split list is not text (%s)' % err.reason,
+                           'bad_layout') from None
 
 
 class VOCDetection(DetectionDataset):
