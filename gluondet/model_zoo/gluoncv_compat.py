@@ -32,15 +32,19 @@ Outside ``features``: ``class_predictors.{i}.predictor.*`` ->
 Symbol batch norms store ``moving_mean``/``moving_var``, gluondet
 ``running_mean``/``running_var``. Every key must be matched both ways, or
 loading fails listing what did not match.
+
+GluonCV's ImageNet ``resnet*_v1b`` files need no table: :class:`ResNetV1b` has
+GluonCV's structure, so their keys (``conv1.weight``, ``layer2.0.downsample.1.gamma``)
+are its own; :func:`load_gluoncv_v1b` only leaves out the classifier ``fc.*``.
 """
 import re
 
 import mxnet as mx
 
-from .backbones import MobileNet, ResNetV1, VGGAtrous
+from .backbones import MobileNet, ResNetV1, ResNetV1b, VGGAtrous
 
 __all__ = ['load_arrays', 'read_params', 'is_gluoncv_ssd', 'ssd_key_table', 'convert_ssd',
-           'backbone_key_table', 'load_gluoncv_backbone']
+           'backbone_key_table', 'load_gluoncv_backbone', 'load_gluoncv_v1b']
 
 _BN = ('gamma', 'beta', 'running_mean', 'running_var')
 _SYM_BN = {'gamma': 'gamma', 'beta': 'beta', 'moving_mean': 'running_mean',
@@ -172,6 +176,21 @@ def load_gluoncv_backbone(features, filename, ctx=None):
             _describe([('file keys without a match', unknown),
                        ('backbone parameters not in the file', missing)])))
     load_arrays(features, converted, filename, ctx=ctx, allow_missing=True)
+
+
+def load_gluoncv_v1b(backbone, filename, ctx=None):
+    """Load a GluonCV ImageNet ``resnet*_v1b`` ``.params`` file into a :class:`ResNetV1b`.
+
+    Every key but the classifier's (``fc.*``) must be a parameter of ``backbone``
+    with the same shape, and every parameter must be in the file; otherwise
+    ValueError lists all that did not match and nothing is loaded.
+    """
+    if not isinstance(backbone, ResNetV1b):
+        raise TypeError('load_gluoncv_v1b loads ResNetV1b backbones, not %s'
+                        % type(backbone).__name__)
+    arrays = {k: v for k, v in read_params(filename).items() if not k.startswith('fc.')}
+    load_arrays(backbone, arrays, '%s (for ResNetV1b-%d)' % (filename, backbone.num_layers),
+                ctx=ctx)
 
 
 def _mobilenet_layers():
