@@ -44,8 +44,52 @@ class Pad:
         return mx.nd.array(out, dtype=out.dtype)
 
 
+class PadImages:
+    """Batch ``C x H x W`` images of different sizes, padded at the bottom and right.
+
+    The batch is as high and wide as its largest image, rounded up to a
+    multiple of ``multiple`` (32 for a feature pyramid of stride 32, 1
+    otherwise), so a device takes several images of different sizes.
+
+    Parameters
+    ----------
+    multiple : int
+    pad_val : float
+        Value of the padding (0: the mean colour of a normalized image).
+
+    Returns
+    -------
+    images : NDArray ``B x C x H x W``
+    sizes : NDArray float32 ``B x 2``, each image's real ``[height, width]``
+    """
+
+    def __init__(self, multiple=1, pad_val=0.0):
+        if int(multiple) != multiple or multiple < 1:
+            raise ValueError('PadImages: multiple must be an integer >= 1, got %r' % (multiple,))
+        self.multiple = int(multiple)
+        self.pad_val = pad_val
+
+    def __call__(self, data):
+        arrays = [_numpy(x) for x in data]
+        if any(a.ndim != 3 or a.shape[0] != arrays[0].shape[0] for a in arrays):
+            raise ValueError('PadImages: images must be C x H x W with one C, got shapes %s'
+                             % [a.shape for a in arrays])
+        sizes = np.array([a.shape[1:] for a in arrays], np.float32)
+        height, width = (-(-int(v) // self.multiple) * self.multiple for v in sizes.max(axis=0))
+        out = np.full((len(arrays), arrays[0].shape[0], height, width), self.pad_val,
+                      dtype=arrays[0].dtype)
+        for i, a in enumerate(arrays):
+            out[i, :, :a.shape[1], :a.shape[2]] = a
+        return mx.nd.array(out, dtype=out.dtype), mx.nd.array(sizes, dtype=np.float32)
+
+
 class Tuple:
-    """Apply one batchify function per element of tuple samples."""
+    """Apply one batchify function per element of tuple samples.
+
+    A function that returns a tuple (`PadImages`: images and sizes) adds
+    each of its arrays to the batch in order: ``Tuple(PadImages(32),
+    Pad(-1))`` gives ``(images, sizes, labels)``.
+    """
 
     def __init__(self, *fns):
         self.fns = fns[0] if len(fns) == 1 and isinstance(fns[0], (list, tuple)) else fns
@@ -54,4 +98,8 @@ class Tuple:
         if len(data[0]) != len(self.fns):
             raise ValueError('batchify.Tuple: samples have %d elements but %d functions were '
                              'given' % (len(data[0]), len(self.fns)))
-        return tuple(fn([sample[i] for sample in data]) for i, fn in enumerate(self.fns))
+        out = []
+        for i, fn in enumerate(self.fns):
+            batch = fn([sample[i] for sample in data])
+            out.extend(batch if isinstance(batch, tuple) else (batch,))
+        return tuple(out)

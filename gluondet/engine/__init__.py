@@ -17,12 +17,14 @@ A task is any object with:
     applied (lazily). The engine wraps it so numpy's and python's global RNGs
     are seeded from ``(seed, epoch, index)`` before each item is read: a
     transform that draws from them gives the same augmentation whatever
-    ``num_workers`` is, and after a resume.
+    ``num_workers`` is, and after a resume. It is indexed with a
+    `SampleIndex`, an ``int`` that also carries ``epoch`` and ``mixup``.
 ``train_batchify``
     The batchify_fn for the training DataLoader; a batch is an NDArray or a
     tuple of NDArrays. The engine builds the loader: full batches only (the
     last incomplete batch of an epoch is dropped), shuffled by
-    ``(seed, epoch)``, sharded by ``(rank, world_size)``.
+    ``(seed, epoch)``, sharded by ``(rank, world_size)``
+    (``gluondet.data.batchify.PadImages`` batches images of different sizes).
 ``losses(net, parts) -> {name: [NDArray per context]}``
     ``parts`` is the batch split over the contexts: a list with one tuple of
     NDArrays per context (``gluon.utils.split_and_load`` of each batch
@@ -38,6 +40,39 @@ A task is any object with:
     ``'mAP'``) names the key that selects the best model (higher is better).
     It may re-hybridize the net for inference; the engine hybridizes it
     again for training afterwards.
+
+Optional, each with the default behaviour when absent:
+
+``train_params(net) -> ParameterDict``
+    The parameters that train (a ``ParameterDict``, dict or sequence of the
+    net's parameters; GluonCV's ``collect_train_params``: Faster R-CNN
+    freezes the stem, layer1 and every BatchNorm). Every other parameter
+    gets ``grad_req='null'`` and no optimizer state; params files and
+    checkpoints still hold all. Default: all parameters train.
+    ``lr_mult`` / ``wd_mult``: a task sets them on the parameters in
+    ``build_net`` or ``train_params`` (the optimizer reads them at every
+    step); ``config.no_wd`` is applied afterwards and sets ``wd_mult = 0``
+    on biases, gamma and beta (`params.NO_WD_PATTERN`).
+``train_batch_sampler(length, batch_size, seed, rank, world_size) -> sampler``
+    The training batch sampler (``batch_size`` per rank), following the
+    protocol of `EpochBatchSampler` (``length``, ``batches_per_epoch``,
+    ``set_epoch(epoch, start)``, yields lists of keys ``epoch * length +
+    index``): typically a `GroupedBatchSampler` over a per-sample group key
+    (Faster R-CNN: landscape or portrait, from the image sizes). It must be
+    a function of ``(seed, epoch)`` only, so that a resume is exact.
+    Default: an `EpochBatchSampler`.
+``supports_mixup = True``
+    The task's train dataset mixes images when ``SampleIndex.mixup`` says so
+    (its raw dataset wrapped in ``gluondet.data.mixup.MixupDetection``,
+    labels with a 7th weight column). ``config.mixup`` with a task without
+    it is an error.
+
+Optimization
+------------
+``config.clip_gradient > 0`` clips each gradient element (the optimizer's
+``clip_gradient``); ``config.warmup_iters`` or ``warmup_epochs`` warm the
+learning rate up linearly (`LRSchedule`, a function of the global
+iteration).
 
 The loop
 --------
@@ -63,17 +98,19 @@ Stopping
 from .checkpoint import CheckpointError, Checkpointer, read_manifest, save_params
 from .config import TrainConfig
 from .context import Runtime, local_runtime, make_contexts
-from .data import EpochBatchSampler, SeededDataset, TrainData
+from .data import EpochBatchSampler, GroupedBatchSampler, SampleIndex, SeededDataset, TrainData
 from .hooks import (CheckpointHook, HookBase, LoggingHook, LRScheduleHook, NonFiniteHook,
                     NonFiniteLossError, SeedHook, SignalHook, TrainingInterrupted,
                     ValidationHook, default_hooks)
 from .loop import FitResult, TrainLoop, TrainState, fit, split_batch
+from .params import NO_WD_PATTERN, disable_weight_decay, trainable_params
 from .schedule import LRSchedule
 
 __all__ = [
     'fit', 'FitResult', 'TrainConfig', 'TrainLoop', 'TrainState', 'split_batch',
     'Runtime', 'local_runtime', 'make_contexts', 'LRSchedule',
-    'EpochBatchSampler', 'SeededDataset', 'TrainData',
+    'EpochBatchSampler', 'GroupedBatchSampler', 'SampleIndex', 'SeededDataset', 'TrainData',
+    'trainable_params', 'disable_weight_decay', 'NO_WD_PATTERN',
     'Checkpointer', 'CheckpointError', 'read_manifest', 'save_params',
     'HookBase', 'default_hooks', 'SeedHook', 'LRScheduleHook', 'NonFiniteHook', 'LoggingHook',
     'CheckpointHook', 'ValidationHook', 'SignalHook', 'NonFiniteLossError', 'TrainingInterrupted',

@@ -1,6 +1,7 @@
 """The training configuration: one frozen dataclass, built once, checked once."""
 import dataclasses
 import difflib
+import math
 from typing import Tuple
 
 LR_MODES = ('step', 'cosine')
@@ -47,8 +48,27 @@ class TrainConfig:
         string such as ``'160,200'`` is accepted.
     warmup_epochs : float
         Linear warmup length in epochs (fractions allowed).
+    warmup_iters : int
+        Linear warmup length in optimizer steps (GluonCV's Faster R-CNN
+        ``--lr-warmup``, whose ``-1`` is 0 here); 0: ``warmup_epochs`` decides.
+        At most one of the two is set.
     warmup_factor : float
         Warmup starts at ``lr * warmup_factor``.
+    no_wd : bool
+        No weight decay on biases and BatchNorm's gamma and beta: parameters
+        whose names match GluonCV's ``'.*beta|.*gamma|.*bias'`` get
+        ``wd_mult = 0`` (GluonCV's ``--no-wd``).
+    clip_gradient : float
+        Clip each gradient element to ``[-clip_gradient, clip_gradient]``
+        (after rescaling, before weight decay), as the optimizer's
+        ``clip_gradient`` parameter (GluonCV's ``--clip-gradient``);
+        ``-1`` (or any value <= 0): no clipping.
+    mixup : bool
+        Mix pairs of training images (GluonCV's ``--mixup``); the task must
+        support it (``supports_mixup``, see the task contract).
+    no_mixup_epochs : int
+        With ``mixup``, the last this many epochs train without it (counted
+        from ``epochs``, as GluonCV: resuming with other ``epochs`` moves them).
     log_interval : int
         Steps between log lines, metrics.jsonl records and progress-bar updates.
     save_prefix : str
@@ -93,7 +113,12 @@ class TrainConfig:
     lr_decay: float = 0.1
     lr_decay_epoch: Tuple[int, ...] = (160, 200)
     warmup_epochs: float = 0.0
+    warmup_iters: int = 0
     warmup_factor: float = 1.0 / 3
+    no_wd: bool = False
+    clip_gradient: float = -1.0
+    mixup: bool = False
+    no_mixup_epochs: int = 20
     log_interval: int = 100
     save_prefix: str = 'model'
     save_interval: int = 10
@@ -141,6 +166,11 @@ class TrainConfig:
         out['lr_decay_epoch'] = list(self.lr_decay_epoch)
         return out
 
+    @property
+    def mixup_epochs(self):
+        """Epochs ``0 .. mixup_epochs - 1`` train with mixup (0 without ``mixup``)."""
+        return max(0, self.epochs - self.no_mixup_epochs) if self.mixup else 0
+
 
 def _epoch_list(value):
     if isinstance(value, str):
@@ -186,7 +216,13 @@ def _check_values(cfg):
         (all(e >= 0 for e in cfg.lr_decay_epoch), 'lr_decay_epoch must be >= 0',
          cfg.lr_decay_epoch),
         (cfg.warmup_epochs >= 0, 'warmup_epochs must be >= 0', cfg.warmup_epochs),
+        (cfg.warmup_iters >= 0, 'warmup_iters must be >= 0 (0: no warmup)', cfg.warmup_iters),
+        (not (cfg.warmup_iters and cfg.warmup_epochs),
+         'set warmup_iters or warmup_epochs, not both', (cfg.warmup_iters, cfg.warmup_epochs)),
         (0 <= cfg.warmup_factor <= 1, 'warmup_factor must be in [0, 1]', cfg.warmup_factor),
+        (math.isfinite(cfg.clip_gradient), 'clip_gradient must be finite (-1: off)',
+         cfg.clip_gradient),
+        (cfg.no_mixup_epochs >= 0, 'no_mixup_epochs must be >= 0', cfg.no_mixup_epochs),
         (cfg.log_interval >= 1, 'log_interval must be >= 1', cfg.log_interval),
         (cfg.save_prefix != '', 'save_prefix must not be empty', cfg.save_prefix),
         (cfg.save_interval >= 0, 'save_interval must be >= 0', cfg.save_interval),

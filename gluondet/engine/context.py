@@ -84,8 +84,11 @@ def local_runtime(config):
 
 
 def optimizer_params(config):
-    """``learning_rate``, ``wd`` and, if the optimizer takes it, ``momentum``."""
+    """``learning_rate``, ``wd``, if the optimizer takes it ``momentum``, and
+    ``clip_gradient`` when ``config.clip_gradient > 0``."""
     params = {'learning_rate': config.lr, 'wd': config.wd}
+    if config.clip_gradient > 0:
+        params['clip_gradient'] = config.clip_gradient
     cls = mx.optimizer.Optimizer.opt_registry[config.optimizer.lower()]
     if 'momentum' in inspect.signature(cls.__init__).parameters:
         params['momentum'] = config.momentum

@@ -1,12 +1,25 @@
-"""The training loader: a seeded, sharded, resumable batch sampler and per-sample seeding.
+"""The training loader: seeded, sharded, resumable batch samplers and per-sample seeding.
 
-The sampler yields keys ``epoch * len(dataset) + index``. `SeededDataset`
+A sampler yields keys ``epoch * len(dataset) + index``. `SeededDataset`
 decodes a key and seeds numpy's and python's global RNGs from
 ``(seed, epoch, index)`` before the task's transform runs, so a sample's
 augmentation depends on nothing else: not on ``num_workers``, not on which
 worker runs it, not on where a resumed run started. Transforms should draw
 from ``numpy.random`` or ``random``; ``mx.nd.random`` inside a transform is
 not seeded per sample.
+
+The task's dataset is indexed with a `SampleIndex`: an ``int`` that also
+carries the epoch and whether the epoch mixes images (``config.mixup``).
+It is made from the key inside the process that reads the sample (a
+DataLoader worker or the training process), so what changes per epoch
+reaches a dataset wrapper without any mutable state.
+
+`EpochBatchSampler` shuffles all samples; `GroupedBatchSampler` makes every
+batch from one group (for example landscape or portrait images, so padding
+to the batch's largest image wastes little). Both follow one protocol, which
+a task's own sampler (``task.train_batch_sampler``) follows too:
+``length``, ``batches_per_epoch`` (the same every epoch),
+``set_epoch(epoch, start)`` and iteration yielding lists of keys.
 """
 import contextlib
 import random
@@ -49,6 +62,35 @@ def _seeded_host_rngs(seed):
         random.setstate(py_state)
 
 
+class SampleIndex(int):
+    """The index of a training sample, with what the engine knows about its epoch.
+
+    Behaves as the ``int`` index; arithmetic on it gives plain ints. A dataset
+    wrapper reads the attributes with ``getattr(index, 'epoch', None)`` so it
+    also works when indexed with a plain int.
+
+    Attributes
+    ----------
+    epoch : int
+        The epoch (0-based) the sample is read for.
+    mixup : bool
+        Whether this epoch trains with mixup (``config.mixup`` and not one of
+        the last ``config.no_mixup_epochs``).
+    """
+
+    def __new__(cls, index, epoch, mixup=False):
+        self = super().__new__(cls, index)
+        self.epoch = int(epoch)
+        self.mixup = bool(mixup)
+        return self
+
+    def __reduce__(self):
+        return type(self), (int(self), self.epoch, self.mixup)
+
+    def __repr__(self):
+        return 'SampleIndex(%d, epoch=%d, mixup=%s)' % (int(self), self.epoch, self.mixup)
+
+
 class SeededDataset(gluon.data.Dataset):
     """Reads ``dataset`` by sampler key, seeding the host RNGs per sample.
 
@@ -56,13 +98,18 @@ class SeededDataset(gluon.data.Dataset):
     ----------
     dataset : gluon.data.Dataset
         Items are the task's training samples (transform applied lazily).
+        It is indexed with a `SampleIndex`.
     seed : int
+    mixup_epochs : int
+        Epochs ``0 .. mixup_epochs - 1`` are read with ``SampleIndex.mixup``
+        True (``TrainConfig.mixup_epochs``).
     """
 
-    def __init__(self, dataset, seed):
+    def __init__(self, dataset, seed, mixup_epochs=0):
         self._dataset = dataset
         self._length = len(dataset)
         self._seed = seed
+        self._mixup_epochs = mixup_epochs
 
     def __len__(self):
         return self._length
@@ -70,10 +117,44 @@ class SeededDataset(gluon.data.Dataset):
     def __getitem__(self, key):
         epoch, index = divmod(int(key), self._length)
         with _seeded_host_rngs(derive_seed(_SAMPLE, self._seed, epoch, index)):
-            return self._dataset[index]
+            return self._dataset[SampleIndex(index, epoch, epoch < self._mixup_epochs)]
 
 
-class EpochBatchSampler(gluon.data.Sampler):
+class _EpochSampler(gluon.data.Sampler):
+    """The protocol of the engine's batch samplers; subclasses give `_batches`."""
+
+    def __init__(self, length, batch_size, seed, rank, world_size, batches_per_epoch):
+        self.length = length
+        self.batch_size = batch_size
+        self.seed = seed
+        self.rank = rank
+        self.world_size = world_size
+        self.batches_per_epoch = batches_per_epoch
+        self.epoch = 0
+        self.start = 0
+
+    def set_epoch(self, epoch, start=0):
+        """Make the next iteration yield epoch ``epoch`` from batch ``start``."""
+        if not 0 <= start <= self.batches_per_epoch:
+            raise ValueError('start batch %d outside 0..%d' % (start, self.batches_per_epoch))
+        self.epoch = epoch
+        self.start = start
+
+    def __len__(self):
+        return self.batches_per_epoch - self.start
+
+    def __iter__(self):
+        rng = np.random.RandomState(derive_seed(_SAMPLER, self.seed, self.epoch))
+        batches = self._batches(rng)
+        for b in range(self.start, self.batches_per_epoch):
+            yield (self.epoch * self.length + batches[b]).tolist()
+
+    def _batches(self, rng):
+        """This rank's ``batches_per_epoch`` index arrays of this epoch, drawn from ``rng``."""
+        raise NotImplementedError
+
+
+class EpochBatchSampler(_EpochSampler):
     """Full batches of one rank's shard of a per-epoch permutation.
 
     The permutation is seeded by ``(seed, epoch)``; rank ``r`` of ``w`` takes
@@ -96,32 +177,58 @@ class EpochBatchSampler(gluon.data.Sampler):
         if per_rank < batch_size:
             raise ValueError('the training dataset has %d samples, %d per rank over %d rank(s): '
                              'not one full batch of %d' % (length, per_rank, world_size, batch_size))
-        self.length = length
-        self.batch_size = batch_size
-        self.seed = seed
-        self.rank = rank
+        super().__init__(length, batch_size, seed, rank, world_size, per_rank // batch_size)
         self.per_rank = per_rank
-        self.batches_per_epoch = per_rank // batch_size
-        self.epoch = 0
-        self.start = 0
 
-    def set_epoch(self, epoch, start=0):
-        """Make the next iteration yield epoch ``epoch`` from batch ``start``."""
-        if not 0 <= start <= self.batches_per_epoch:
-            raise ValueError('start batch %d outside 0..%d' % (start, self.batches_per_epoch))
-        self.epoch = epoch
-        self.start = start
-
-    def __len__(self):
-        return self.batches_per_epoch - self.start
-
-    def __iter__(self):
-        rng = np.random.RandomState(derive_seed(_SAMPLER, self.seed, self.epoch))
+    def _batches(self, rng):
         order = rng.permutation(self.length)
         shard = order[self.rank * self.per_rank:(self.rank + 1) * self.per_rank]
-        keys = self.epoch * self.length + shard
-        for b in range(self.start, self.batches_per_epoch):
-            yield keys[b * self.batch_size:(b + 1) * self.batch_size].tolist()
+        return shard[:self.batches_per_epoch * self.batch_size].reshape(-1, self.batch_size)
+
+
+class GroupedBatchSampler(_EpochSampler):
+    """Full batches whose samples all share a group, shuffled, sharded over ranks.
+
+    Each epoch (seeded by ``(seed, epoch)``): the samples are permuted; each
+    group's samples, in that order, are cut into full batches (a group's
+    remainder, fewer than ``batch_size``, is dropped); the batches of all
+    groups are shuffled; rank ``r`` of ``w`` takes batches ``r, r + w, ...``
+    up to ``batches_per_epoch`` each (the same for all ranks and epochs).
+
+    For Faster R-CNN's aspect-ratio grouping a task gives, without reading
+    an image, ``[int(w > h) for w, h in map(dataset.image_size, range(n))]``.
+
+    Parameters
+    ----------
+    groups : sequence
+        One group key per sample (ints, strings: anything numpy sorts).
+    batch_size : int
+        Samples per batch on this rank.
+    seed : int
+    rank, world_size : int
+    """
+
+    def __init__(self, groups, batch_size, seed, rank=0, world_size=1):
+        keys, codes, counts = np.unique(np.asarray(groups), return_inverse=True,
+                                        return_counts=True)
+        total = int(sum(counts // batch_size))
+        if total // world_size < 1:
+            raise ValueError('the training dataset has %d samples in groups of %s: %d full '
+                             'batch(es) of %d, not one per rank over %d rank(s)'
+                             % (len(codes), dict(zip(keys.tolist(), counts.tolist())), total,
+                                batch_size, world_size))
+        super().__init__(len(codes), batch_size, seed, rank, world_size, total // world_size)
+        self.groups = codes.reshape(-1)
+
+    def _batches(self, rng):
+        order = rng.permutation(self.length)
+        batches = []
+        for group in range(int(self.groups.max()) + 1):
+            members = order[self.groups[order] == group]
+            full = len(members) // self.batch_size * self.batch_size
+            batches.extend(members[:full].reshape(-1, self.batch_size))
+        batches = [batches[i] for i in rng.permutation(len(batches))]
+        return batches[self.rank::self.world_size][:self.batches_per_epoch]
 
 
 class TrainData:
@@ -136,11 +243,27 @@ class TrainData:
     num_workers : int
     seed : int
     rank, world_size : int
+    sampler : batch sampler, optional
+        Follows the samplers' protocol (see the module docstring); default an
+        `EpochBatchSampler` from the arguments above.
+    mixup_epochs : int
+        See `SeededDataset`.
     """
 
-    def __init__(self, dataset, batchify_fn, batch_size, num_workers, seed, rank=0, world_size=1):
-        self.sampler = EpochBatchSampler(len(dataset), batch_size, seed, rank, world_size)
-        self.loader = gluon.data.DataLoader(SeededDataset(dataset, seed),
+    def __init__(self, dataset, batchify_fn, batch_size, num_workers, seed, rank=0, world_size=1,
+                 sampler=None, mixup_epochs=0):
+        if sampler is None:
+            sampler = EpochBatchSampler(len(dataset), batch_size, seed, rank, world_size)
+        missing = [a for a in ('length', 'batches_per_epoch', 'set_epoch')
+                   if not hasattr(sampler, a)]
+        if missing:
+            raise TypeError('the training batch sampler %s lacks %s (see gluondet.engine.data)'
+                            % (type(sampler).__name__, ', '.join(missing)))
+        if sampler.length != len(dataset):
+            raise ValueError('the training batch sampler covers %d samples but the dataset has %d'
+                             % (sampler.length, len(dataset)))
+        self.sampler = sampler
+        self.loader = gluon.data.DataLoader(SeededDataset(dataset, seed, mixup_epochs),
                                             batch_sampler=self.sampler,
                                             batchify_fn=batchify_fn, num_workers=num_workers)
 

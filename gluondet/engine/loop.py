@@ -9,6 +9,7 @@ from .context import local_runtime
 from .data import TrainData, seed_all
 from .hooks import ValidationHook, default_hooks
 from .logging import Reporter
+from .params import disable_weight_decay, trainable_params
 from .schedule import LRSchedule
 
 
@@ -136,6 +137,19 @@ def _per_context_totals(losses, num_ctx):
     return [nd.add_n(*[terms[k].sum() for terms in losses.values()]) for k in range(num_ctx)]
 
 
+def train_data(task, config, runtime):
+    """The `TrainData` of ``task``: its dataset, batchify and (optional) batch sampler."""
+    dataset = task.train_dataset()
+    batch_size = config.batch_size // runtime.world_size
+    make_sampler = getattr(task, 'train_batch_sampler', None)
+    sampler = None if make_sampler is None else make_sampler(
+        len(dataset), batch_size=batch_size, seed=config.seed, rank=runtime.rank,
+        world_size=runtime.world_size)
+    return TrainData(dataset, task.train_batchify, batch_size, config.num_workers, config.seed,
+                     runtime.rank, runtime.world_size, sampler=sampler,
+                     mixup_epochs=config.mixup_epochs)
+
+
 @dataclasses.dataclass
 class FitResult:
     """What `fit` leaves: the trained net and where training ended."""
@@ -177,14 +191,18 @@ def fit(task, config, runtime=None, hooks=()):
     if config.batch_size % runtime.world_size:
         raise ValueError('batch_size %d does not split over %d processes'
                          % (config.batch_size, runtime.world_size))
+    if config.mixup and not getattr(task, 'supports_mixup', False):
+        raise ValueError('config.mixup: task %s does not support mixup (no supports_mixup = True)'
+                         % type(task).__name__)
     seed_all(config.seed)
     net = task.build_net(list(runtime.ctx))
+    params = trainable_params(task, net)     # before the graph is built: frozen ones get no grad
+    if config.no_wd:
+        disable_weight_decay(net)
     if config.hybridize:
         net.hybridize(static_alloc=True, static_shape=True)
-    data = TrainData(task.train_dataset(), task.train_batchify,
-                     config.batch_size // runtime.world_size, config.num_workers, config.seed,
-                     runtime.rank, runtime.world_size)
-    trainer = runtime.make_trainer(net.collect_params(), config)
+    data = train_data(task, config, runtime)
+    trainer = runtime.make_trainer(params, config)
     checkpointer = Checkpointer(config.save_prefix, task.meta(), config, runtime.is_main)
     reporter = Reporter(config.save_prefix, config.logdir, runtime.is_main)
     schedule = LRSchedule.from_config(config, data.iters_per_epoch)

@@ -20,10 +20,15 @@ class LRSchedule:
         Warmup length; the first ``round(warmup_epochs * iters_per_epoch)``
         steps scale the schedule linearly from ``warmup_factor`` to 1.
     warmup_factor : float
+    warmup_iters : int
+        Warmup length in steps; when > 0 it replaces ``warmup_epochs``. Step
+        ``i < warmup_iters`` has ``lr * (warmup_factor * (1 - a) + a)`` with
+        ``a = i / warmup_iters``, as GluonCV's Faster R-CNN ``--lr-warmup``
+        (which, unlike this, stops warming up at the end of epoch 0).
     """
 
     def __init__(self, base_lr, iters_per_epoch, epochs, mode='step', decay=0.1,
-                 decay_epochs=(), warmup_epochs=0.0, warmup_factor=1.0 / 3):
+                 decay_epochs=(), warmup_epochs=0.0, warmup_factor=1.0 / 3, warmup_iters=0):
         if mode not in ('step', 'cosine'):
             raise ValueError("lr mode must be 'step' or 'cosine', got %r" % mode)
         if iters_per_epoch < 1:
@@ -34,14 +39,15 @@ class LRSchedule:
         self.mode = mode
         self.decay = decay
         self.decay_iters = sorted(e * iters_per_epoch for e in decay_epochs)
-        self.warmup_iters = int(round(warmup_epochs * iters_per_epoch))
+        self.warmup_iters = int(warmup_iters) or int(round(warmup_epochs * iters_per_epoch))
         self.warmup_factor = warmup_factor
 
     @classmethod
     def from_config(cls, config, iters_per_epoch):
         """The schedule a `TrainConfig` describes."""
         return cls(config.lr, iters_per_epoch, config.epochs, config.lr_mode, config.lr_decay,
-                   config.lr_decay_epoch, config.warmup_epochs, config.warmup_factor)
+                   config.lr_decay_epoch, config.warmup_epochs, config.warmup_factor,
+                   config.warmup_iters)
 
     def __call__(self, iteration):
         """Learning rate of the step with 0-based global index ``iteration``."""

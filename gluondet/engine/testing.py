@@ -1,7 +1,7 @@
 """Engine checks any task can reuse in its tests: interrupt a run, resume it, compare.
 
 `check_resume` is issue 3's resume test for a task: train N epochs straight;
-train 1 epoch, start the rest in a child process, stop that child in the
+train the first epoch (of the same N-epoch config), start the rest in a child process, stop that child in the
 middle of epoch 2 (``kill -9``, SIGTERM or SIGINT), resume to the end; the
 final parameters and optimizer states must equal the straight run's.
 """
@@ -79,8 +79,13 @@ def check_resume(factory, config, workdir, factory_kwargs=None, kill_signal=sign
         train(factory, dataclasses.replace(config, save_prefix=reference, resume=''),
               factory_kwargs)
     prefix = os.path.join(workdir, 'resumed', 'run')
-    train(factory, dataclasses.replace(config, save_prefix=prefix, epochs=1, resume=''),
-          factory_kwargs)
+    # The first epoch under the same config (its epochs decide the cosine schedule and the
+    # mixup epochs), stopped once the epoch's checkpoint and validation are written.
+    try:
+        train(factory, dataclasses.replace(config, save_prefix=prefix, resume=''),
+              factory_kwargs, hooks=[_StopAfterEpoch(0)])
+    except _Stopped:
+        pass
     rest = dataclasses.replace(config, save_prefix=prefix, resume='auto')
     paused, code = _run_and_stop(factory, factory_kwargs, rest, kill_signal, workdir,
                                  pythonpath, timeout)
@@ -90,6 +95,21 @@ def check_resume(factory, config, workdir, factory_kwargs=None, kill_signal=sign
     return dict(params_diff=_max_diff(reference, prefix, 'params'),
                 states_diff=_max_diff(reference, prefix, 'states'),
                 paused_at=paused['iteration'], resumed_from=resumed_from, returncode=code)
+
+
+class _Stopped(Exception):
+    """Raised by `_StopAfterEpoch`."""
+
+
+class _StopAfterEpoch(HookBase):
+    """Ends training after epoch ``epoch``'s hooks (checkpoint, validation) have run."""
+
+    def __init__(self, epoch):
+        self.epoch = epoch
+
+    def after_epoch(self):
+        if self.loop.state.epoch == self.epoch:
+            raise _Stopped()
 
 
 class PauseHook(HookBase):
