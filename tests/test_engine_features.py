@@ -11,7 +11,7 @@ import pytest
 
 from gluondet.data.batchify import Pad, PadImages, Stack, Tuple
 from gluondet.data.mixup import MixupDetection
-from gluondet.engine import (GroupedBatchSampler, HookBase, LRSchedule, SampleIndex, TrainConfig,
+from gluondet.engine import (CheckpointError, GroupedBatchSampler, HookBase, LRSchedule, SampleIndex, TrainConfig,
                              TrainData, fit, read_manifest)
 from gluondet.engine.testing import check_resume
 from test_engine_toy import ToyImages, ToyImageTask, ToyTask
@@ -100,6 +100,16 @@ def test_frozen_parameters_do_not_move_have_no_state_and_are_saved(tmp_path):
         saved = mx.nd.load(path)
         assert sorted(saved) == sorted(last)
         np.testing.assert_array_equal(saved['stem.0.weight'].asnumpy(), first['stem.0.weight'])
+
+
+def test_resume_with_fewer_trainable_parameters_is_refused(tmp_path):
+    class LastLayer(ToyImageTask):
+        def train_params(self, net):
+            return net.head[4].collect_params()
+    cfg = _config(tmp_path, batch_size=4)
+    fit(ToyImageTask(), cfg)
+    with pytest.raises(CheckpointError, match='this run does not train .*head.2.bias'):
+        fit(LastLayer(), dataclasses.replace(cfg, epochs=2, resume='auto'))
 
 
 def test_train_params_must_be_the_nets_own(tmp_path):
@@ -204,6 +214,13 @@ def test_mixup_blends_two_images_on_the_larger_canvas_with_weighted_labels():
         image, label = mixed[index]
         np.testing.assert_array_equal(image.asnumpy(), images[2][0].asnumpy())
         np.testing.assert_array_equal(label, np.hstack([images[2][1], np.ones((len(la), 1))]))
+
+
+def test_sample_index_is_an_int_that_keeps_its_epoch_through_pickle():
+    import pickle
+    index = pickle.loads(pickle.dumps(SampleIndex(3, epoch=2, mixup=True)))
+    assert index == 3 and (index.epoch, index.mixup) == (2, True)
+    assert type(index + 1) is int and np.arange(5)[index] == 3
 
 
 def test_mixup_ratio_is_drawn_from_beta_1_5():

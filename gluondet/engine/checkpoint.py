@@ -236,7 +236,8 @@ def load_optimizer_states(trainer, names, arrays, info):
     index = {name: i for i, name in enumerate(names)}
     unknown = sorted(set(info['layout']) - set(index))
     if unknown:
-        raise CheckpointError('optimizer states for parameters the net does not have: %s'
+        raise CheckpointError('optimizer states for parameters this run does not train (not '
+                              'in the net, or frozen by task.train_params): %s'
                               % ', '.join(unknown[:10]))
     for updater, ctx in zip(trainer._updaters, trainer._contexts):
         updater.states = {index[name]: _unflatten(layout, arrays, ctx)
