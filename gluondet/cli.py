@@ -122,11 +122,16 @@ def _evaluate_arguments(parser):
     add = parser.add_argument
     add('--dataset', required=True, choices=('voc', 'coco', 'kitti'),
         help='labelled with the classes of the model')
-    add('--dataset-root', help='VOCdevkit, VOC or LabelImg folder; COCO root (GluonCV layout); '
-                               'KITTI folder')
-    add('--split', help='voc: a split list name (default val; in a VOCdevkit 2007_test); coco: '
-                        'annotation file name (default instances_val2017); kitti: subfolder '
-                        '(default val)')
+    add('--dataset-root',
+        help='the data, or a folder holding it (default ~/.mxnet/datasets, GluonCV\'s, with '
+             'voc/VOC2007 and coco/annotations): voc: a VOC folder, VOCdevkit or LabelImg '
+             'folder; coco: GluonCV\'s layout; kitti: {split}/image_2 and label_2 (the same as '
+             "train_*.py's --dataset-root)")
+    add('--split',
+        help="what train_*.py's --val-split takes, comma-separated: voc: split lists of a VOC "
+             'folder (default val), YEAR_NAME in a VOCdevkit (default 2007_test), subfolders '
+             'of a LabelImg folder (default: the folder itself, else val); coco: annotation '
+             'file name (default instances_val2017); kitti: subfolder (default val)')
     add('--annotation-file', help='coco: a COCO json (instead of --dataset-root)')
     add('--image-root', help="coco: the folder the json's file names are relative to "
                              "(default: the json's folder)")

@@ -11,7 +11,7 @@ import pytest
 
 from gluondet.cli import main
 from gluondet.data.base import read_image
-from gluondet.data.coco import coco_to_xyxy
+from gluondet.data.coco import coco_to_xyxy  # GluonCV's reading, inverse of infer's
 from gluondet.data.kitti import parse_kitti_label
 from gluondet.deploy.infer import evaluate_model, infer
 from gluondet.deploy.predictor import Detections, Predictor
@@ -268,6 +268,35 @@ def test_evaluate_equals_the_validation_of_training(trained_model, small, capsys
     assert validation['mAP'] > 0.01
     assert set(result) == set(validation)
     assert all(_same(result[k], validation[k]) for k in validation), (result, validation)
+
+
+def test_evaluate_takes_a_labelimg_folder_and_split_as_training_does(trained_model, small,
+                                                                    tmp_path, capsys):
+    """The small split as a LabelImg folder (xml beside each jpg) in ``test/``: the
+    ``--dataset-root``/``--split`` pair train_ssd.py takes gives the validation's mAP."""
+    params, validation, _ = trained_model
+    voc, _, folder = small
+    split = tmp_path / 'labelimg' / 'test'
+    split.mkdir(parents=True)
+    for name in os.listdir(folder):
+        os.symlink(os.path.join(folder, name), str(split / name))
+        stem = os.path.splitext(name)[0]
+        os.symlink(os.path.join(voc, 'Annotations', stem + '.xml'), str(split / (stem + '.xml')))
+    assert main(['evaluate', '--model', params, '--dataset', 'voc', '--dataset-root',
+                 str(tmp_path / 'labelimg'), '--split', 'test']) == 0
+    assert 'on %d images: %.4f' % (SMALL_SPLIT_SIZE, validation['mAP']) in capsys.readouterr().out
+
+
+@pytest.mark.parametrize('argv, message', [
+    (['--dataset', 'voc', '--dataset-root', '/nowhere/at/all'],
+     '/nowhere/at/all: dataset root: no such folder'),
+    (['--dataset', 'coco', '--dataset-root', '/'], '/: layout: not a COCO dataset'),
+    (['--dataset', 'kitti', '--dataset-root', '/', '--split', 'val'],
+     '/val: split: not a KITTI split')])
+def test_evaluate_reports_bad_data_in_one_line(trained_model, argv, message, capsys):
+    assert main(['evaluate', '--model', trained_model[0]] + argv) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith('gluondet evaluate: error: ' + message), err
 
 
 def test_evaluate_coco_equals_the_infer_results_scored(trained_model, small, tmp_path, capsys):

@@ -3,7 +3,6 @@ import json
 import os
 import re
 
-import cv2
 import numpy as np
 import pytest
 

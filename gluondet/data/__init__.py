@@ -1,4 +1,5 @@
-"""Detection datasets: VOC, COCO, KITTI and the built-in demo set.
+"""Detection datasets: VOC, COCO, KITTI and the built-in demo set, and
+:func:`resolve_dataset`, which turns the dataset flags of the scripts and commands into one.
 
 Every dataset yields ``(image, label)``: ``image`` an ``mx.nd.NDArray`` H x W x 3
 uint8 RGB, ``label`` a float32 numpy array N x 6 ``[xmin, ymin, xmax, ymax,
@@ -8,7 +9,8 @@ from .base import DatasetError, DatasetReport, DetectionDataset
 from .coco import COCODetection
 from .demo import DemoDetection
 from .kitti import KITTIDetection
+from .resolve import DATASETS, resolve_dataset
 from .voc import VOCDetection
 
-__all__ = ['COCODetection', 'DatasetError', 'DatasetReport', 'DemoDetection', 'DetectionDataset',
-           'KITTIDetection', 'VOCDetection']
+__all__ = ['COCODetection', 'DATASETS', 'DatasetError', 'DatasetReport', 'DemoDetection',
+           'DetectionDataset', 'KITTIDetection', 'VOCDetection', 'resolve_dataset']

@@ -11,7 +11,7 @@ from defusedxml import ElementTree
 
 from .base import DatasetError, DetectionDataset, Record, empty_label, safe_join
 
-__all__ = ['VOC_CLASSES', 'VOCDetection', 'parse_voc_xml']
+__all__ = ['VOC_CLASSES', 'VOCDetection', 'detect_layout', 'infer_layout', 'parse_voc_xml']
 
 VOC_CLASSES = ('aeroplane', 'bicycle', 'bird', 'boat', 'bottle', 'bus', 'car', 'cat', 'chair',
                'cow', 'diningtable', 'dog', 'horse', 'motorbike', 'person', 'pottedplant',
@@ -112,21 +112,48 @@ def parse_voc_xml(path):
     return VOCAnnotation(_text(root, 'filename'), _size(path, root), objects)
 
 
+def detect_layout(root, subfolders=None):
+    """Which of :data:`LAYOUTS` the folder ``root`` holds, or None.
+
+    ``subfolders`` are LabelImg split names to look for ``.xml`` files in
+    (default: ``root`` itself).
+    """
+    if os.path.isdir(os.path.join(root, 'ImageSets', 'Main')):
+        return 'folder'
+    if glob.glob(os.path.join(glob.escape(root), 'VOC*', 'ImageSets', 'Main')):
+        return 'devkit'
+    folders = [os.path.join(root, s) for s in subfolders] if subfolders else [root]
+    if any(glob.glob(os.path.join(glob.escape(f), '*.xml')) for f in folders):
+        return 'labelimg'
+    return None
+
+
+def labelimg_subfolders(root):
+    """Names of the subfolders of ``root`` that hold ``.xml`` files (LabelImg splits)."""
+    return sorted(os.path.basename(os.path.dirname(p))
+                  for p in glob.glob(os.path.join(glob.escape(root), '*', '')) if
+                  glob.glob(os.path.join(glob.escape(p), '*.xml')))
+
+
 def infer_layout(root, splits):
     """Which of :data:`LAYOUTS` the folder ``root`` holds, given ``splits``."""
     if splits is not None and not isinstance(splits, str) and \
             all(isinstance(s, (tuple, list)) for s in splits):
         return 'devkit'
-    if os.path.isdir(os.path.join(root, 'ImageSets', 'Main')):
-        return 'folder'
-    if splits is None and glob.glob(os.path.join(glob.escape(root), 'VOC*', 'ImageSets', 'Main')):
-        return 'devkit'
-    folders = [root] if splits is None else [os.path.join(root, s) for s in _as_tuple(splits)]
-    if any(glob.glob(os.path.join(glob.escape(f), '*.xml')) for f in folders):
-        return 'labelimg'
-    raise DatasetError(root, 'layout', 'not a VOC dataset: expected ImageSets/Main/ (a VOC '
-                       'folder), VOC<year>/ImageSets/Main/ (a VOCdevkit) or .xml files beside '
-                       'images (a LabelImg folder)', 'bad_layout')
+    layout = detect_layout(root, None if splits is None else _as_tuple(splits))
+    if layout is None:
+        raise layout_error(root)
+    return layout
+
+
+def layout_error(root, elsewhere=''):
+    """The DatasetError for a root holding no VOC layout (``elsewhere``: what else was tried)."""
+    found = labelimg_subfolders(root)
+    return DatasetError(root, 'layout', 'not a VOC dataset: expected ImageSets/Main/ (a VOC '
+                        'folder), VOC<year>/ImageSets/Main/ (a VOCdevkit), .xml files beside '
+                        'images (a LabelImg folder)%s%s' % (elsewhere, (
+                            '; its subfolders %s hold .xml files: name them as splits'
+                            % ', '.join(found)) if found else ''), 'bad_layout')
 
 
 def _as_tuple(splits):

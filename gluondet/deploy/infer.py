@@ -35,9 +35,8 @@ import sys
 import numpy as np
 from tqdm import tqdm
 
-from ..data import COCODetection, KITTIDetection, VOCDetection
+from ..data import COCODetection, resolve_dataset
 from ..data.coco import xyxy_to_coco
-from ..data.voc import infer_layout
 from ..files import atomic_write
 from ..metrics import COCODetectionMetric, VOC07MApMetric
 from ..metrics.coco_eval import format_summary
@@ -52,7 +51,7 @@ __all__ = ['FORMATS', 'DATASETS', 'export_model', 'infer', 'evaluate', 'evaluate
            'coco_results', 'kitti_lines', 'run_command']
 
 FORMATS = ('symbol', 'onnx', 'tensorrt')
-DATASETS = ('voc', 'coco', 'kitti')
+DATASETS = ('voc', 'coco', 'kitti')     # what evaluate takes (of gluondet.data.DATASETS)
 DYNAMIC_MAX_BATCH = 8   # largest batch of a dynamic-batch engine unless told
 USER_ERRORS = (ValueError, OSError, ImportError)
 
@@ -355,56 +354,6 @@ def evaluate(predictor, dataset, metrics, batch_size=None, progress=False):
             bar.update(len(items))
 
 
-def _voc_splits(root, split):
-    """VOCDetection splits from ``--split`` (comma-separated; ``2007_test`` in a devkit)."""
-    names = [s.strip() for s in (split or '').split(',') if s.strip()]
-    layout = infer_layout(root, None)
-    if layout == 'devkit':
-        pairs = []
-        for name in names or ['2007_test']:
-            year, _, part = name.partition('_')
-            if not (year.isdigit() and part):
-                raise ValueError('a VOCdevkit split is YEAR_NAME, such as 2007_test; got %r'
-                                 % name)
-            pairs.append((int(year), part))
-        return pairs
-    if layout == 'folder':
-        return names or ['val']
-    return names or None
-
-
-def eval_dataset(dataset, classes, dataset_root=None, split=None, annotation_file=None,
-                 image_root=None):
-    """The evaluation dataset ``gluondet evaluate`` names, labelled with ``classes``.
-
-    voc: ``dataset_root`` is a VOCdevkit (``--split`` default ``2007_test``), a
-    VOC folder (default ``val``) or a LabelImg folder. coco: an
-    ``annotation_file`` with ``image_root`` (default: the json's folder), or
-    ``dataset_root`` in GluonCV's layout (default ``instances_val2017``).
-    kitti: ``dataset_root`` with ``{split}/image_2`` and ``label_2`` (default
-    ``val``), or those folders directly; KITTI types are matched to the class
-    names. Images without boxes are kept.
-    """
-    if dataset not in DATASETS:
-        raise ValueError('dataset must be one of %s, got %r' % (', '.join(DATASETS), dataset))
-    if dataset == 'coco' and annotation_file:
-        return COCODetection(annotation_file=annotation_file, skip_empty=False, classes=classes,
-                             image_root=image_root or os.path.dirname(
-                                 os.path.abspath(annotation_file)))
-    if annotation_file or image_root:
-        raise ValueError('annotation_file and image_root go with the coco dataset')
-    if not dataset_root:
-        raise ValueError('the %s dataset needs its folder (dataset_root)' % dataset)
-    root = os.path.expanduser(dataset_root)
-    if dataset == 'voc':
-        return VOCDetection(root, splits=_voc_splits(root, split), classes=classes)
-    if dataset == 'coco':
-        return COCODetection(root, splits=split or 'instances_val2017', skip_empty=False,
-                             classes=classes)
-    return KITTIDetection(root, split=split or 'val', class_mapping={c: c for c in classes},
-                          classes=classes)
-
-
 def evaluate_model(model, dataset, dataset_root=None, split=None, annotation_file=None,
                    image_root=None, backend=None, params=None, pretrained=False, data_shape=None,
                    classes=None, batch_size=None, progress=True):
@@ -418,7 +367,9 @@ def evaluate_model(model, dataset, dataset_root=None, split=None, annotation_fil
     model, backend, params, pretrained, data_shape, classes
         See :meth:`~gluondet.deploy.predictor.Predictor.from_model`.
     dataset, dataset_root, split, annotation_file, image_root
-        See :func:`eval_dataset`; the dataset is labelled with the model's classes.
+        See :func:`gluondet.data.resolve_dataset` (the validation split by default, images
+        without boxes kept); the dataset is labelled with the model's classes: COCO
+        categories and KITTI types are matched to them by name.
     batch_size : int, optional
     progress : bool
 
@@ -428,15 +379,14 @@ def evaluate_model(model, dataset, dataset_root=None, split=None, annotation_fil
         ``mAP`` and ``AP/<class>`` (VOC07), and for COCO data ``coco`` (the 12
         numbers by name).
     """
+    if dataset not in DATASETS:
+        raise ValueError('dataset must be one of %s, got %r' % (', '.join(DATASETS), dataset))
     predictor = Predictor.from_model(model, backend, params, pretrained, data_shape, classes)
-    data = eval_dataset(dataset, predictor.classes, dataset_root, split, annotation_file,
-                        image_root)
+    data = resolve_dataset(dataset, dataset_root, split, predictor.classes, annotation_file,
+                           image_root)
     voc = VOC07MApMetric(iou_thresh=0.5, class_names=predictor.classes)
-    metrics = [voc]
-    if dataset == 'coco':
-        coco = COCODetectionMetric(data)
-        metrics.append(coco)
-    evaluate(predictor, data, metrics, batch_size, progress)
+    coco = COCODetectionMetric(data) if isinstance(data, COCODetection) else None
+    evaluate(predictor, data, [m for m in (voc, coco) if m is not None], batch_size, progress)
     names, values = voc.get()
     result = {'AP/' + name: float(value) for name, value in zip(names[:-1], values[:-1])}
     result['mAP'] = float(values[-1])
@@ -445,7 +395,7 @@ def evaluate_model(model, dataset, dataset_root=None, split=None, annotation_fil
     width = max(len(name) for name in predictor.classes)
     for name in predictor.classes:
         print('  %-*s %.4f' % (width, name, result['AP/' + name]))
-    if dataset == 'coco':
+    if coco is not None:
         coco.get()
         result['coco'] = dict(coco.stats)
         print('COCO box metrics:\n' + format_summary(coco.stats))

@@ -6,8 +6,9 @@ Flag names and defaults follow GluonCV's ``train_*.py``; each script adds its ow
 import argparse
 import logging
 import os
+import sys
 
-from ..data import COCODetection, DemoDetection, KITTIDetection, VOCDetection
+from ..data import resolve_dataset
 from ..engine import TrainConfig
 
 LOG = logging.getLogger('gluondet')
@@ -72,42 +73,37 @@ def _split_list(text, cast=str):
     return tuple(cast(v.strip()) for v in str(text).split(',') if v.strip())
 
 
+# add_training_args' split defaults, which stand for the dataset's own default split
+# (GluonCV's VOC07+12 trainval and VOC07 test in a VOCdevkit, COCO train2017 and val2017).
+FLAG_SPLIT_DEFAULTS = ('train', 'val')
+
+
 def build_datasets(args):
-    """``(train, val)`` datasets for ``--dataset`` and its companion flags."""
-    root = os.path.expanduser(args.dataset_root)
-    classes = _split_list(args.classes) or None
-    name = args.dataset.lower()
-    if args.train_json or args.val_json:
-        if not (args.train_json and args.val_json):
-            raise SystemExit('--train-json and --val-json go together')
-        image_root = args.image_root or os.path.dirname(os.path.abspath(args.train_json))
-        return (COCODetection(annotation_file=args.train_json, image_root=image_root),
-                COCODetection(annotation_file=args.val_json, image_root=image_root,
-                              skip_empty=False))
-    if name == 'demo':
-        return DemoDetection(split='train', seed=0), DemoDetection(split='val', seed=0)
-    if name == 'voc':
-        if os.path.isdir(os.path.join(root, 'VOC2007')) or os.path.isdir(
-                os.path.join(root, 'VOCdevkit')):
-            devkit = root if os.path.isdir(os.path.join(root, 'VOC2007')) else os.path.join(
-                root, 'VOCdevkit')
-            return (VOCDetection(devkit, splits=((2007, 'trainval'), (2012, 'trainval')),
-                                 classes=classes),
-                    VOCDetection(devkit, splits=((2007, 'test'),), classes=classes))
-        return (VOCDetection(root, splits=_split_list(args.train_split), classes=classes),
-                VOCDetection(root, splits=_split_list(args.val_split), classes=classes))
-    if name == 'coco':
-        return (COCODetection(root, splits='instances_train2017'),
-                COCODetection(root, splits='instances_val2017', skip_empty=False))
-    if name == 'kitti':
-        mapping = {c: c for c in classes} if classes else None
-        if not os.path.isdir(os.path.join(root, 'val')):
-            raise SystemExit('KITTI has no validation split: put one in %s/val/{image_2,'
-                             'label_2} beside %s/training' % (root, root))
-        return (KITTIDetection(root, split='training', class_mapping=mapping),
-                KITTIDetection(root, split='val', class_mapping=mapping))
-    raise SystemExit('unknown --dataset %r: use voc, coco, kitti or demo, or --train-json/'
-                     '--val-json for COCO-format data' % args.dataset)
+    """``(train, val)`` datasets for ``--dataset`` and its companion flags.
+
+    Both come from :func:`gluondet.data.resolve_dataset`, as ``gluondet evaluate``'s do;
+    ``--train-json`` and ``--val-json`` name COCO data whatever ``--dataset`` says. A bad
+    flag or folder exits with one line naming it.
+    """
+    jsons = (args.train_json, args.val_json)
+    if any(jsons) and not all(jsons):
+        raise SystemExit('--train-json and --val-json go together')
+    name = 'coco' if all(jsons) else args.dataset
+    datasets = []
+    try:
+        for train, split, json_file, default in zip(
+                (True, False), (args.train_split, args.val_split), jsons, FLAG_SPLIT_DEFAULTS):
+            datasets.append(resolve_dataset(
+                name, args.dataset_root, None if json_file or split == default else split,
+                _split_list(args.classes) or None, json_file or None, args.image_root or None,
+                train=train))
+    except ValueError as err:     # DatasetError included
+        raise SystemExit('%s: error: %s' % (os.path.basename(sys.argv[0]), err)) from None
+    paths = [[ds.image_path(i) for i in range(len(ds))] for ds in datasets]
+    if paths[0] == paths[1]:
+        LOG.warning('the validation data is the training data (%d images): name another split '
+                    'with --val-split', len(paths[0]))
+    return tuple(datasets)
 
 
 def train_config(args, save_prefix, **overrides):

@@ -1,0 +1,192 @@
+"""One way to name data: the dataset flags every script and ``gluondet`` command share.
+
+:func:`resolve_dataset` turns a dataset name, a dataset root, a split, class names and
+(for custom COCO data) a json and an image folder into a dataset. ``train_*.py``
+(``--dataset --dataset-root --classes --train-split --val-split --train-json --val-json
+--image-root``) and ``gluondet evaluate`` (``--dataset --dataset-root --split
+--annotation-file --image-root``) both call it, so the same folder and split names work
+in both.
+
+The root may be the data itself or GluonCV's dataset folder (``~/.mxnet/datasets``,
+the default), which holds ``voc/VOC2007``, ``voc/VOC2012``, ``coco/annotations`` and
+``coco/train2017``; a VOC root may also be a ``VOCdevkit`` or hold one.
+"""
+import glob
+import os
+
+from .base import DatasetError
+from .coco import COCODetection
+from .demo import DemoDetection
+from .kitti import KITTIDetection
+from .voc import VOCDetection, detect_layout, layout_error
+
+__all__ = ['DATASETS', 'DEFAULT_ROOT', 'DEFAULT_SPLITS', 'resolve_dataset', 'split_names']
+
+DATASETS = ('voc', 'coco', 'kitti', 'demo')
+DEFAULT_ROOT = os.path.join('~', '.mxnet', 'datasets')
+# The split used when none is named: (training, validation or evaluation), as GluonCV's
+# scripts (VOC07+12 trainval / VOC07 test, COCO train2017 / val2017).
+DEFAULT_SPLITS = {
+    'devkit': ('2007_trainval,2012_trainval', '2007_test'),
+    'folder': ('train', 'val'),
+    'labelimg': ('train', 'val'),       # subfolders; the root itself if it holds the xml
+    'coco': ('instances_train2017', 'instances_val2017'),
+    'kitti': ('training', 'val'),       # subfolders; the root itself if it holds label_2
+}
+# Where under a root each dataset may be (GluonCV's folder names first).
+_SUBFOLDERS = {'voc': ('voc', 'VOCdevkit', os.path.join('voc', 'VOCdevkit')),
+               'coco': ('coco',)}
+
+
+def split_names(split):
+    """``'a,b'``, ``('a', 'b')`` or None -> a tuple of the names (empty: none named)."""
+    if split is None:
+        return ()
+    parts = split.split(',') if isinstance(split, str) else split
+    return tuple(str(p).strip() for p in parts if str(p).strip())
+
+
+def resolve_dataset(dataset, root=None, split=None, classes=None, annotation_file=None,
+                    image_root=None, train=False, on_error='skip'):
+    """The dataset that a name, a root and a split say.
+
+    Parameters
+    ----------
+    dataset : {'voc', 'coco', 'kitti', 'demo'}
+        The format (case-insensitive).
+    root : str, optional
+        The data folder, or a folder holding it (default ``~/.mxnet/datasets``).
+        voc: a VOC folder (``ImageSets/Main``), a VOCdevkit (``VOC<year>/``), a LabelImg
+        folder (xml beside images), or a folder with ``voc/`` or ``VOCdevkit/`` holding a
+        VOCdevkit. coco: GluonCV's layout (``annotations/<split>.json``, images in
+        ``<year folder>/``), or a folder with it in ``coco/``. kitti: ``<split>/image_2``
+        and ``label_2``, or those folders directly.
+    split : str or sequence of str, optional
+        Comma-separated names; default :data:`DEFAULT_SPLITS` (training or validation).
+        VOC folder: split lists (``ImageSets/Main/<name>.txt``). VOCdevkit: ``YEAR_NAME``
+        (``2007_test``), or a bare name for that list in every year that has it. LabelImg:
+        subfolders. coco: one annotation file name (``instances_val2017``). kitti: one
+        subfolder.
+    classes : sequence of str, optional
+        Class names (default: the dataset's own). COCO categories and KITTI types are
+        matched to them by name.
+    annotation_file : str, optional
+        coco: a COCO json of any data, instead of ``root`` and ``split``.
+    image_root : str, optional
+        coco: the folder the json's ``file_name`` are relative to (default: the json's
+        folder with ``annotation_file``, GluonCV's year folder with ``root``).
+    train : bool
+        For training: the training default split, and COCO images without boxes left
+        out (GluonCV's ``skip_empty``); else they are kept, as for validation.
+    on_error : {'skip', 'raise'}
+        See :class:`~gluondet.data.DetectionDataset`.
+
+    Raises
+    ------
+    DatasetError
+        Naming the path, if the root is not a folder or holds no such data or split.
+    ValueError
+        For an unknown dataset name or flags that do not go together.
+    """
+    name = str(dataset).strip().lower()
+    if name not in DATASETS:
+        raise ValueError('unknown dataset %r: use %s (COCO-format data: coco with its json)'
+                         % (dataset, ', '.join(DATASETS)))
+    names = split_names(split)
+    role = 0 if train else 1
+    if (annotation_file or image_root) and name != 'coco':
+        raise ValueError('a COCO json and its image root go with the coco dataset, not %s' % name)
+    if name == 'coco' and annotation_file:
+        if names:
+            raise ValueError('a COCO json is its own split: no split with %s' % annotation_file)
+        annotation_file = os.path.expanduser(annotation_file)
+        return COCODetection(annotation_file=annotation_file, classes=classes,
+                             image_root=image_root or os.path.dirname(
+                                 os.path.abspath(annotation_file)),
+                             skip_empty=train, on_error=on_error)
+    if name == 'demo':
+        if names:
+            raise ValueError('the demo dataset has its own train and val splits: no split')
+        return DemoDetection(split=('train', 'val')[role], seed=0, on_error=on_error)
+    root = os.path.expanduser(root or DEFAULT_ROOT)
+    if not os.path.isdir(root):
+        raise DatasetError(root, 'dataset root', 'no such folder', 'bad_layout')
+    if name == 'voc':
+        folder, layout, splits = _voc(root, names, role)
+        return VOCDetection(folder, splits=splits, classes=classes, layout=layout,
+                            on_error=on_error)
+    if len(names) > 1:
+        raise ValueError('%s reads one split at a time, got %s' % (name, ', '.join(names)))
+    if name == 'coco':
+        folder, split = _coco(root, names[0] if names else DEFAULT_SPLITS['coco'][role])
+        return COCODetection(folder, splits=split, classes=classes, skip_empty=train,
+                             image_root=image_root, on_error=on_error)
+    folder = _kitti(root, names[0] if names else None, role)
+    return KITTIDetection(os.path.dirname(folder), split=os.path.basename(folder),
+                          classes=classes, on_error=on_error,
+                          class_mapping={c: c for c in classes} if classes else None)
+
+
+def _candidates(root, name):
+    return [root] + [os.path.join(root, sub) for sub in _SUBFOLDERS[name]]
+
+
+def _voc(root, names, role):
+    """``(folder, layout, VOCDetection splits)``."""
+    for folder in _candidates(root, 'voc'):
+        layout = detect_layout(folder, names)
+        if layout is None and not names:
+            layout = detect_layout(folder, (DEFAULT_SPLITS['labelimg'][role],))
+        if layout is not None:
+            break
+    else:
+        raise layout_error(root, ', or a VOCdevkit in voc/ or VOCdevkit/')
+    if layout == 'devkit':
+        names = names or split_names(DEFAULT_SPLITS['devkit'][role])
+        return folder, layout, [pair for n in names for pair in _devkit_splits(folder, n)]
+    if layout == 'labelimg' and not names and glob.glob(
+            os.path.join(glob.escape(folder), '*.xml')):
+        return folder, layout, None     # the root itself
+    return folder, layout, names or (DEFAULT_SPLITS[layout][role],)
+
+
+def _devkit_splits(devkit, name):
+    """``YEAR_NAME`` -> ``[(year, name)]``; a bare name -> that list in every year."""
+    year, _, part = name.partition('_')
+    if year.isdigit() and part:
+        return [(int(year), part)]
+    found = sorted(os.path.basename(os.path.dirname(os.path.dirname(os.path.dirname(p))))
+                   for p in glob.glob(os.path.join(glob.escape(devkit), 'VOC*', 'ImageSets',
+                                                   'Main', glob.escape(name) + '.txt')))
+    if not found:
+        raise DatasetError(devkit, 'split', 'no VOC<year>/ImageSets/Main/%s.txt in this '
+                           'VOCdevkit (a devkit split is YEAR_NAME such as 2007_test, or a name '
+                           'listed in some year)' % name, 'bad_layout')
+    return [(folder, name) for folder in found]
+
+
+def _coco(root, split):
+    """``(folder, split)`` of GluonCV's layout, in ``root`` or ``root/coco``."""
+    for folder in _candidates(root, 'coco'):
+        if os.path.isfile(os.path.join(folder, 'annotations', split + '.json')):
+            return folder, split
+    present = sorted(os.path.splitext(os.path.basename(p))[0] for folder in _candidates(
+        root, 'coco') for p in glob.glob(os.path.join(glob.escape(folder), 'annotations',
+                                                      '*.json')))
+    raise DatasetError(root, 'layout', 'not a COCO dataset with split %s: no annotations/%s.json '
+                       'in it or in coco/%s' % (split, split, ' (splits there: %s)'
+                                                % ', '.join(present) if present else ''),
+                       'bad_layout')
+
+
+def _kitti(root, split, role):
+    """The folder holding ``image_2`` and ``label_2``."""
+    folder = os.path.join(root, split or DEFAULT_SPLITS['kitti'][role])
+    if os.path.isdir(os.path.join(folder, 'label_2')):
+        return folder
+    if split is None and os.path.isdir(os.path.join(root, 'label_2')) and not os.path.isdir(
+            os.path.join(root, DEFAULT_SPLITS['kitti'][0])):
+        return root     # the root is the data (not a KITTI download's training/ beside it)
+    raise DatasetError(folder, 'split', 'not a KITTI split: no label_2/ and image_2/ in it%s'
+                       % ('' if split else ' (name the split, or put a validation set in val/ '
+                          'beside training/)'), 'bad_layout')

@@ -1,0 +1,205 @@
+"""resolve_dataset: one way to name data for train_*.py and gluondet evaluate.
+
+GluonCV's own folders under its default root (``~/.mxnet/datasets/voc/VOC2007``,
+``coco/annotations`` ...), the real BCCD and cards datasets, and the one-line errors
+of both command lines.
+"""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from gluondet.data import COCODetection, DatasetError, KITTIDetection, VOCDetection
+from gluondet.data import resolve_dataset
+from gluondet.tasks import cli
+
+from conftest import ROOT
+from filetools import BCCD_CLASSES, CARD_CLASSES, jpeg, write
+
+DOG = ('dog', 'cat')
+
+
+def voc_xml(name):
+    return ('<annotation><filename>%s.jpg</filename><size><width>64</width><height>48</height>'
+            '</size><object><name>dog</name><bndbox><xmin>5</xmin><ymin>6</ymin><xmax>30</xmax>'
+            '<ymax>40</ymax></bndbox></object></annotation>' % name)
+
+
+def voc_year(folder, splits):
+    """A VOC<year> folder: ``splits`` maps a list name to image ids."""
+    for name, ids in splits.items():
+        write(os.path.join(folder, 'ImageSets', 'Main', name + '.txt'), '\n'.join(ids) + '\n')
+        for image_id in ids:
+            write(os.path.join(folder, 'Annotations', image_id + '.xml'), voc_xml(image_id))
+            write(os.path.join(folder, 'JPEGImages', image_id + '.jpg'), jpeg())
+
+
+def coco_split(root, split, ids):
+    folder = split.split('_')[-1]
+    images = [{'id': i, 'file_name': '%d.jpg' % i, 'width': 64, 'height': 48} for i in ids]
+    for entry in images:
+        write(os.path.join(root, folder, entry['file_name']), jpeg())
+    annotations = [{'id': i, 'image_id': i, 'category_id': 1, 'bbox': [4, 5, 20, 30],
+                    'area': 600, 'iscrowd': 0} for i in ids[:-1]]    # the last without boxes
+    write(os.path.join(root, 'annotations', split + '.json'), json.dumps(
+        {'images': images, 'annotations': annotations,
+         'categories': [{'id': 1, 'name': 'dog'}, {'id': 2, 'name': 'cat'}]}))
+
+
+@pytest.fixture
+def gluoncv_home(tmp_path, monkeypatch):
+    """A home whose ~/.mxnet/datasets is laid out as GluonCV's download scripts leave it."""
+    root = tmp_path / 'home' / '.mxnet' / 'datasets'
+    voc_year(str(root / 'voc' / 'VOC2007'), {'trainval': ['07a', '07b'], 'test': ['07t'],
+                                              'train': ['07a'], 'val': ['07b']})
+    voc_year(str(root / 'voc' / 'VOC2012'), {'trainval': ['12a', '12b', '12c'],
+                                              'train': ['12a'], 'val': ['12b', '12c']})
+    coco_split(str(root / 'coco'), 'instances_train2017', [1, 2, 3])
+    coco_split(str(root / 'coco'), 'instances_val2017', [10, 11])
+    monkeypatch.setenv('HOME', str(tmp_path / 'home'))
+    return str(root)
+
+
+def stems(ds):
+    return sorted(os.path.splitext(os.path.basename(ds.image_path(i)))[0]
+                  for i in range(len(ds)))
+
+
+def script_args(*argv):
+    sys.path.insert(0, os.path.join(ROOT, 'scripts'))
+    try:
+        import train_ssd
+    finally:
+        sys.path.pop(0)
+    return train_ssd, train_ssd.parse_args(list(argv))
+
+
+# -- GluonCV's default root ---------------------------------------------------------
+
+def test_gluoncv_voc_layout_under_its_default_root(gluoncv_home):
+    train = resolve_dataset('voc', classes=DOG, train=True)      # root: ~/.mxnet/datasets
+    val = resolve_dataset('voc', gluoncv_home, classes=DOG)
+    assert stems(train) == ['07a', '07b', '12a', '12b', '12c']   # VOC07+12 trainval
+    assert stems(val) == ['07t']                                 # VOC07 test
+    assert train.layout == val.layout == 'devkit'
+    assert stems(resolve_dataset('voc', gluoncv_home, '2012_val', DOG)) == ['12b', '12c']
+    # a bare name is that list in every year that has it
+    assert stems(resolve_dataset('voc', gluoncv_home, 'val', DOG)) == ['07b', '12b', '12c']
+    assert stems(resolve_dataset('voc', os.path.join(gluoncv_home, 'voc'), 'test', DOG)) == ['07t']
+    with pytest.raises(DatasetError, match=r'voc: split: no VOC<year>/ImageSets/Main/minival'):
+        resolve_dataset('voc', gluoncv_home, 'minival', DOG)
+
+
+def test_train_ssd_finds_gluoncv_voc_as_gluoncv_does(gluoncv_home):
+    """``train_ssd.py --network vgg16_atrous --dataset voc`` on a machine GluonCV set up."""
+    train_ssd, args = script_args('--network', 'vgg16_atrous', '--dataset', 'voc')
+    assert train_ssd.network_name(args) == 'ssd_300_vgg16_atrous_voc'
+    train, val = cli.build_datasets(args)
+    assert stems(train) == ['07a', '07b', '12a', '12b', '12c'] and stems(val) == ['07t']
+    assert train.classes == VOCDetection.CLASSES
+    _, args = script_args('--dataset', 'voc', '--train-split', '2007_train',
+                          '--val-split', '2007_val,2012_val', '--dataset-root', gluoncv_home)
+    train, val = cli.build_datasets(args)
+    assert stems(train) == ['07a'] and stems(val) == ['07b', '12b', '12c']
+
+
+def test_gluoncv_coco_layout_under_the_root(gluoncv_home):
+    train = resolve_dataset('coco', classes=DOG, train=True)
+    val = resolve_dataset('coco', gluoncv_home, classes=DOG)
+    assert isinstance(train, COCODetection) and isinstance(val, COCODetection)
+    assert train.image_ids == [1, 2] and val.image_ids == [10, 11]   # val keeps empty images
+    assert train.image_path(0) == os.path.join(gluoncv_home, 'coco', 'train2017', '1.jpg')
+    _, args = script_args('--dataset', 'coco', '--classes', 'dog,cat')
+    assert [ds.image_ids for ds in cli.build_datasets(args)] == [[1, 2], [10, 11]]
+    assert resolve_dataset('coco', os.path.join(gluoncv_home, 'coco'), 'instances_train2017',
+                           DOG).image_ids == [1, 2, 3]
+    with pytest.raises(DatasetError, match=r'no annotations/instances_test2017\.json in it or in '
+                                           r'coco/ \(splits there: instances_train2017, '
+                                           r'instances_val2017\)'):
+        resolve_dataset('coco', gluoncv_home, 'instances_test2017')
+
+
+# -- the real datasets: the same names in training and evaluation -----------------------
+
+def test_labelimg_folder_and_split_as_train_ssd_takes_them(cards_root):
+    root = os.path.join(cards_root, 'images')
+    evaluated = resolve_dataset('voc', root, 'test', CARD_CLASSES)
+    _, args = script_args('--dataset', 'voc', '--dataset-root', root, '--classes',
+                          ','.join(CARD_CLASSES), '--val-split', 'test')
+    train, val = cli.build_datasets(args)
+    assert evaluated.layout == 'labelimg' and len(evaluated) == 67 and len(train) == 296
+    assert stems(val) == stems(evaluated)
+    with pytest.raises(DatasetError, match=r'images: layout: not a VOC dataset.*subfolders '
+                                           r'test, train hold \.xml files: name them as splits'):
+        resolve_dataset('voc', root, None, CARD_CLASSES)    # no val/, no xml in the folder
+
+
+def test_voc_folder_splits_and_coco_json(bccd_root):
+    voc = os.path.join(bccd_root, 'BCCD')
+    assert len(resolve_dataset('voc', voc, None, BCCD_CLASSES)) == 87            # val
+    assert len(resolve_dataset('voc', voc, None, BCCD_CLASSES, train=True)) == 205
+    assert len(resolve_dataset('voc', voc, 'train,val', BCCD_CLASSES)) == 292
+    json_file = os.path.join(bccd_root, 'coco', 'instances_val.json')
+    coco = resolve_dataset('coco', annotation_file=json_file, image_root=voc,
+                           classes=BCCD_CLASSES)
+    assert len(coco) == 87 and coco.classes == BCCD_CLASSES
+    _, args = script_args('--train-json', os.path.join(bccd_root, 'coco', 'instances_train.json'),
+                          '--val-json', json_file, '--image-root', voc)
+    assert [len(ds) for ds in cli.build_datasets(args)] == [205, 87]
+
+
+def test_kitti_splits(tmp_path):
+    for split in ('training', 'val'):
+        write(tmp_path / split / 'image_2' / '000000.jpg', jpeg())
+        write(tmp_path / split / 'label_2' / '000000.txt',
+              'Car 0 0 0 2 3 20 17 0 0 0 0 0 0 0\n')
+    assert resolve_dataset('kitti', str(tmp_path), train=True).image_path(0).startswith(
+        str(tmp_path / 'training'))
+    val = resolve_dataset('kitti', str(tmp_path), classes=('Car',))
+    assert isinstance(val, KITTIDetection) and val.classes == ('Car',)
+    assert val.image_path(0).startswith(str(tmp_path / 'val'))
+    # a folder that is the data itself is its own validation split (gluondet evaluate)
+    assert len(resolve_dataset('kitti', str(tmp_path / 'val'))) == 1
+    with pytest.raises(DatasetError, match=r'training: split: not a KITTI split'):
+        resolve_dataset('kitti', str(tmp_path / 'val'), 'training')
+    (tmp_path / 'val' / 'label_2' / '000000.txt').unlink()
+    (tmp_path / 'val' / 'label_2').rmdir()
+    with pytest.raises(DatasetError, match=r'val: split: not a KITTI split: no label_2/ and '
+                                           r'image_2/ in it \(name the split, or put a'):
+        resolve_dataset('kitti', str(tmp_path))
+
+
+def test_demo_and_bad_arguments(tmp_path, caplog):
+    assert len(resolve_dataset('Demo', train=False)) == 200
+    with pytest.raises(ValueError, match="unknown dataset 'yolo': use voc, coco, kitti, demo"):
+        resolve_dataset('yolo')
+    with pytest.raises(DatasetError, match=r'nowhere: dataset root: no such folder'):
+        resolve_dataset('voc', str(tmp_path / 'nowhere'))
+    with pytest.raises(ValueError, match='go with the coco dataset, not voc'):
+        resolve_dataset('voc', str(tmp_path), annotation_file='x.json')
+    with pytest.raises(ValueError, match='coco reads one split at a time'):
+        resolve_dataset('coco', str(tmp_path), 'a,b')
+    # the same LabelImg folder for training and validation is allowed, with a warning
+    write(tmp_path / 'a.xml', voc_xml('a'))
+    write(tmp_path / 'a.jpg', jpeg())
+    _, args = script_args('--dataset', 'voc', '--dataset-root', str(tmp_path), '--classes', 'dog')
+    train, val = cli.build_datasets(args)
+    assert len(train) == len(val) == 1
+    assert 'the validation data is the training data' in caplog.text
+
+
+# -- one line, no traceback ----------------------------------------------------------
+
+@pytest.mark.parametrize('argv, message', [
+    (['--dataset', 'voc', '--dataset-root', '/nowhere/at/all'],
+     '/nowhere/at/all: dataset root: no such folder'),
+    (['--dataset', 'yolo'], "unknown dataset 'yolo'"),
+    (['--dataset', 'voc', '--dataset-root', ROOT], '%s: layout: not a VOC dataset' % ROOT)])
+def test_train_ssd_reports_bad_data_in_one_line(argv, message):
+    out = subprocess.run([sys.executable, os.path.join(ROOT, 'scripts', 'train_ssd.py'), '--gpus',
+                          ''] + argv, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 1
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith('train_ssd.py: error: ' + message), out.stderr
