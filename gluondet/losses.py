@@ -1,11 +1,23 @@
 """Detection losses."""
 from mxnet import gluon, nd
 
-__all__ = ['SSDMultiBoxLoss']
+__all__ = ['SSDMultiBoxLoss', 'RCNNLoss', 'smooth_l1']
 
 
 def _as_list(x):
     return list(x) if isinstance(x, (list, tuple)) else [x]
+
+
+def smooth_l1(diff, rho):
+    """Huber / smooth L1 of ``diff``: ``|d| - rho / 2`` beyond ``rho``, ``d^2 / (2 rho)`` within."""
+    diff = nd.abs(diff)
+    return nd.where(diff > rho, diff - 0.5 * rho, (0.5 / rho) * nd.square(diff))
+
+
+def _total(values):
+    """The sum of per-context NDArrays, on the first one's context, at least 1."""
+    total = sum(v.as_in_context(values[0].context) for v in values)
+    return nd.maximum(total, 1)
 
 
 class SSDMultiBoxLoss(gluon.Block):
@@ -53,9 +65,7 @@ class SSDMultiBoxLoss(gluon.Block):
     def forward(self, cls_pred, box_pred, cls_target, box_target):
         cls_pred, box_pred, cls_target, box_target = [
             _as_list(x) for x in (cls_pred, box_pred, cls_target, box_target)]
-        num_pos = [(ct > 0).sum() for ct in cls_target]
-        total = sum(n.as_in_context(num_pos[0].context) for n in num_pos)
-        total = nd.maximum(total, 1)
+        total = _total([(ct > 0).sum() for ct in cls_target])
         sum_losses, cls_losses, box_losses = [], [], []
         for cp, bp, ct, bt in zip(cls_pred, box_pred, cls_target, box_target):
             norm = total.as_in_context(cp.context)
@@ -81,8 +91,59 @@ class SSDMultiBoxLoss(gluon.Block):
 
     def _box_loss(self, pred, target, pos):
         """Smooth L1 over positive anchors, ``B x A x 4``."""
-        diff = nd.abs(pred.reshape_like(target) - target)
-        loss = nd.where(diff > self._rho, diff - 0.5 * self._rho,
-                        (0.5 / self._rho) * nd.square(diff))
+        loss = smooth_l1(pred.reshape_like(target) - target, self._rho)
         pos = nd.broadcast_like(pos.expand_dims(-1), loss)
         return nd.where(pos, loss, nd.zeros_like(loss))
+
+
+class RCNNLoss(gluon.Block):
+    r"""The four losses of Faster R-CNN, as GluonCV's training computes them.
+
+    - RPN objectness: sigmoid cross-entropy over the sampled anchors (target >= 0).
+    - RPN boxes: smooth L1 (``rpn_rho``, GluonCV 1/9) over the positive anchors.
+    - R-CNN classes: softmax cross-entropy over the sampled proposals (target >= 0).
+    - R-CNN boxes: smooth L1 (``rcnn_rho``, GluonCV 1) of the positives' own class.
+
+    Each is a sum divided by the number of samples of its stage (anchors or
+    proposals with target >= 0) over all images of all contexts, as GluonCV
+    divides by the samples of its device: equal on one device, independent of
+    how a batch is split on several.
+
+    Inputs (lists over contexts): ``rpn_score`` ``B x A x 1`` logits,
+    ``rpn_box`` ``B x A x 4``, ``rpn_cls_target`` ``B x A`` (1 / 0 / -1),
+    ``rpn_box_target``, ``rpn_box_mask`` ``B x A x 4``, ``cls_pred`` ``B x S x
+    (C + 1)``, ``box_pred`` ``B x P x 4``, ``cls_target`` ``B x S``,
+    ``box_target``, ``box_mask`` ``B x P x 4``.
+
+    Outputs: ``{name: [per-context B-vector]}`` with names ``loss_rpn_obj``,
+    ``loss_rpn_box``, ``loss_cls``, ``loss_box``.
+    """
+
+    def __init__(self, rpn_rho=1. / 9, rcnn_rho=1., **kwargs):
+        super().__init__(**kwargs)
+        self._rpn_rho = rpn_rho
+        self._rcnn_rho = rcnn_rho
+
+    def forward(self, rpn_score, rpn_box, rpn_cls_target, rpn_box_target, rpn_box_mask,
+                cls_pred, box_pred, cls_target, box_target, box_mask):
+        rpn_total = _total([(t >= 0).sum() for t in rpn_cls_target])
+        rcnn_total = _total([(t >= 0).sum() for t in cls_target])
+        out = {'loss_rpn_obj': [], 'loss_rpn_box': [], 'loss_cls': [], 'loss_box': []}
+        for parts in zip(rpn_score, rpn_box, rpn_cls_target, rpn_box_target, rpn_box_mask,
+                         cls_pred, box_pred, cls_target, box_target, box_mask):
+            (score, box, cls_t, box_t, box_m, cpred, bpred, ccls_t, cbox_t, cbox_m) = parts
+            ctx = score.context
+            rpn_norm, rcnn_norm = rpn_total.as_in_context(ctx), rcnn_total.as_in_context(ctx)
+            score = score.reshape((0, -1))
+            bce = nd.relu(score) - score * nd.relu(cls_t) + nd.Activation(-nd.abs(score),
+                                                                          act_type='softrelu')
+            bce = nd.where(cls_t >= 0, bce, nd.zeros_like(bce))
+            out['loss_rpn_obj'].append(nd.broadcast_div(bce.sum(axis=1), rpn_norm))
+            rpn_l1 = smooth_l1(box - box_t, self._rpn_rho) * box_m
+            out['loss_rpn_box'].append(nd.broadcast_div(rpn_l1.sum(axis=(1, 2)), rpn_norm))
+            ce = -nd.pick(nd.log_softmax(cpred, axis=-1), nd.relu(ccls_t), axis=-1)
+            ce = nd.where(ccls_t >= 0, ce, nd.zeros_like(ce))
+            out['loss_cls'].append(nd.broadcast_div(ce.sum(axis=1), rcnn_norm))
+            rcnn_l1 = smooth_l1(bpred - cbox_t, self._rcnn_rho) * cbox_m
+            out['loss_box'].append(nd.broadcast_div(rcnn_l1.sum(axis=(1, 2)), rcnn_norm))
+        return out

@@ -168,5 +168,5 @@ def test_vgg_ignores_norm_layer():
 
 
 def test_get_backbone_rejects_unknown_names():
-    with pytest.raises(ValueError, match="unknown backbone 'resnet18_v1b'"):
-        get_backbone('resnet18_v1b')
+    with pytest.raises(ValueError, match="unknown backbone 'resnet18_v1z'"):
+        get_backbone('resnet18_v1z')

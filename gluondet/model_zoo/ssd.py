@@ -8,6 +8,7 @@ from mxnet.gluon import nn
 
 from ..nn import BoxCenterDecoder, MultiClassNMS, SSDAnchorGenerator
 from . import gluoncv_compat, registry
+from .detector import Detector, initialized_ctx, reuse_mapping
 from .backbones import get_backbone
 from .registry import COCO_CLASSES, VOC_CLASSES, get_model, register_model
 
@@ -90,7 +91,7 @@ class SSDFeatures(gluon.HybridBlock):
         return outputs
 
 
-class SSD(gluon.HybridBlock):
+class SSD(Detector):
     """Single-shot detector over a multi-scale feature extractor.
 
     Parameters
@@ -129,16 +130,14 @@ class SSD(gluon.HybridBlock):
     def __init__(self, features, classes, sizes, ratios, steps, base_size,
                  stds=(0.1, 0.1, 0.2, 0.2), nms_thresh=0.45, nms_topk=400, post_nms=100,
                  anchor_alloc_size=128, **kwargs):
-        super().__init__(**kwargs)
+        super().__init__(classes, **kwargs)
         num_maps = len(steps)
         if ratios and not isinstance(ratios[0], (list, tuple)):
             ratios = [ratios] * num_maps
         if len(sizes) != num_maps + 1 or len(ratios) != num_maps:
             raise ValueError('SSD: %d steps need %d sizes and %d ratio lists, got %d and %d'
                              % (num_maps, num_maps + 1, num_maps, len(sizes), len(ratios)))
-        self.classes = tuple(classes)
         self.base_size = base_size
-        self._traced_training = None
         alloc = anchor_alloc_size
         with self.name_scope():
             self.features = features
@@ -155,11 +154,6 @@ class SSD(gluon.HybridBlock):
                 self.box_predictors.add(_predictor(generator.num_anchors * 4))
             self.box_decoder = BoxCenterDecoder(stds)
             self.postprocess = MultiClassNMS(0.01, nms_thresh, nms_topk, post_nms)
-
-    @property
-    def num_classes(self):
-        """Number of foreground classes."""
-        return len(self.classes)
 
     @property
     def nms_thresh(self):
@@ -192,14 +186,6 @@ class SSD(gluon.HybridBlock):
         self.postprocess.nms_thresh = nms_thresh
         self.postprocess.nms_topk = nms_topk
         self.postprocess.post_nms = post_nms
-
-    def forward(self, x, *args):
-        # The hybridized graph differs between training and inference: retrace on a switch.
-        training = autograd.is_training()
-        if training != self._traced_training:
-            self._clear_cached_op()
-            self._traced_training = training
-        return super().forward(x, *args)
 
     def hybrid_forward(self, F, x):
         maps = self.features(x)
@@ -245,13 +231,13 @@ class SSD(gluon.HybridBlock):
         """
         old_classes = self.classes
         self.classes = tuple(classes)
-        mapping = _reuse_mapping(reuse_weights, old_classes, self.classes)
+        mapping = reuse_mapping(reuse_weights, old_classes, self.classes)
         self._clear_cached_op()
         predictors = nn.HybridSequential(prefix=self.class_predictors.prefix)
         for old, generator in zip(self.class_predictors, self.anchor_generators):
             new = _predictor(generator.num_anchors * (self.num_classes + 1),
                              in_channels=old.weight.shape[1], prefix=old.prefix)
-            ctx = _initialized_ctx(old)
+            ctx = initialized_ctx(old)
             if mapping and (ctx is None or 0 in old.weight.shape):
                 raise ValueError('reset_class: reuse_weights needs the old class predictors '
                                  'to hold weights (load or run the network first)')
@@ -261,45 +247,6 @@ class SSD(gluon.HybridBlock):
                 _copy_class_rows(old, new, mapping, len(old_classes), self.num_classes)
             predictors.add(new)
         self.class_predictors = predictors
-
-
-def _reuse_mapping(reuse_weights, old_classes, new_classes):
-    """``{new index: old index}`` from GluonCV's ``reuse_weights`` forms."""
-    if reuse_weights is None:
-        return {}
-    if isinstance(reuse_weights, (list, tuple)):
-        mapping = {}
-        for name in reuse_weights:
-            if name in old_classes and name in new_classes:
-                mapping[new_classes.index(name)] = old_classes.index(name)
-            else:
-                warnings.warn('reset_class: %r is not in both the old classes %s and the new %s'
-                              % (name, old_classes, new_classes))
-        return mapping
-    if not isinstance(reuse_weights, dict):
-        raise TypeError('reset_class: reuse_weights must be a dict, a list or None, not %s'
-                        % type(reuse_weights).__name__)
-    return {_class_index(k, new_classes, 'new'): _class_index(v, old_classes, 'old')
-            for k, v in reuse_weights.items()}
-
-
-def _class_index(key, classes, which):
-    if isinstance(key, str):
-        if key not in classes:
-            raise ValueError('reset_class: %r is not among the %s classes %s'
-                             % (key, which, classes))
-        return classes.index(key)
-    if not 0 <= key < len(classes):
-        raise ValueError('reset_class: index %r is out of range for the %d %s classes'
-                         % (key, len(classes), which))
-    return int(key)
-
-
-def _initialized_ctx(conv):
-    try:
-        return conv.weight.list_ctx()
-    except RuntimeError:
-        return None
 
 
 def _copy_class_rows(old, new, mapping, old_num, new_num):

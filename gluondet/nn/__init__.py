@@ -1,11 +1,20 @@
-"""Detection building blocks as HybridBlocks: anchors, box coding, matching, targets, NMS."""
+"""Detection building blocks as HybridBlocks: anchors, box coding, matching, targets, NMS,
+and the parts of two-stage detectors (RPN, ROI features, R-CNN targets, FPN)."""
 from .anchors import SSDAnchorGenerator, ssd_anchor_shapes, ssd_anchors
+from .boxops import batch_take, pairwise_iou
 from .coder import BoxCenterDecoder, BoxCenterEncoder, center_to_corner, corner_to_center
+from .fpn import FPN
 from .matcher import BipartiteMatcher, CompositeMatcher, MaximumMatcher
-from .nms import MultiClassNMS
+from .nms import MultiClassNMS, PerClassNMS
+from .rcnn_target import RCNNTargetGenerator, RCNNTargetSampler, RPNTargetGenerator
+from .roi import ROIExtractor, fpn_levels, roi_rows
+from .rpn import RPNAnchorGenerator, RPNHead, RPNProposal, rpn_base_anchors
 from .target import SSDTargetGenerator
 
 __all__ = ['SSDAnchorGenerator', 'ssd_anchor_shapes', 'ssd_anchors',
            'BoxCenterEncoder', 'BoxCenterDecoder', 'corner_to_center', 'center_to_corner',
            'BipartiteMatcher', 'MaximumMatcher', 'CompositeMatcher',
-           'MultiClassNMS', 'SSDTargetGenerator']
+           'MultiClassNMS', 'PerClassNMS', 'SSDTargetGenerator',
+           'batch_take', 'pairwise_iou', 'FPN', 'ROIExtractor', 'fpn_levels', 'roi_rows',
+           'RPNAnchorGenerator', 'RPNHead', 'RPNProposal', 'rpn_base_anchors',
+           'RPNTargetGenerator', 'RCNNTargetSampler', 'RCNNTargetGenerator']

@@ -60,16 +60,25 @@ class BoxCenterDecoder(gluon.HybridBlock):
     ----------
     stds : 4 floats
         The same ``stds`` as the encoder.
+    clip : float or None
+        Largest log-size offset (after ``stds``), against overflow; None: no limit.
+    anchor_format : {'center', 'corner'}
+        How the anchors are given.
 
-    Inputs: ``deltas`` ``B x N x 4`` and ``anchors`` ``1 x N x 4`` in center
-    format. Output: ``B x N x 4`` boxes ``(xmin, ymin, xmax, ymax)``.
+    Inputs: ``deltas`` ``B x N x 4`` and ``anchors`` ``1 x N x 4`` or ``B x N x 4``.
+    Output: ``B x N x 4`` boxes ``(xmin, ymin, xmax, ymax)``.
     """
 
-    def __init__(self, stds=(0.1, 0.1, 0.2, 0.2), **kwargs):
+    def __init__(self, stds=(0.1, 0.1, 0.2, 0.2), clip=None, anchor_format='center', **kwargs):
         super().__init__(**kwargs)
         if len(stds) != 4:
             raise ValueError('BoxCenterDecoder needs 4 stds, got %r' % (stds,))
+        if anchor_format not in ('center', 'corner'):
+            raise ValueError("anchor_format must be 'center' or 'corner', got %r"
+                             % (anchor_format,))
         self._stds = tuple(float(s) for s in stds)
+        self.clip = clip
+        self.anchor_format = anchor_format
 
     @property
     def stds(self):
@@ -78,4 +87,6 @@ class BoxCenterDecoder(gluon.HybridBlock):
 
     def hybrid_forward(self, F, deltas, anchors):
         sx, sy, sw, sh = self._stds
-        return F.contrib.box_decode(deltas, anchors, sx, sy, sw, sh, clip=-1, format='center')
+        return F.contrib.box_decode(deltas, anchors, sx, sy, sw, sh,
+                                    clip=-1 if self.clip is None else self.clip,
+                                    format=self.anchor_format)

@@ -1,7 +1,9 @@
 """Post-processing: per-class scores + boxes -> detections after NMS."""
 from mxnet import gluon
 
-__all__ = ['MultiClassNMS']
+from .boxops import batch_take
+
+__all__ = ['MultiClassNMS', 'PerClassNMS']
 
 
 class MultiClassNMS(gluon.HybridBlock):
@@ -93,3 +95,65 @@ class MultiClassNMS(gluon.HybridBlock):
         ids = F.where(keep, F.cast(class_id, 'float32'), F.ones_like(best) * -1)
         best = F.where(keep, best, F.zeros_like(best))
         return F.concat(ids.expand_dims(-1), best.expand_dims(-1), picked, dim=-1)
+
+
+class PerClassNMS(gluon.HybridBlock):
+    """Detections from class-specific boxes, as GluonCV's R-CNN post-processing.
+
+    Each region proposes one box per foreground class. Candidates scoring at
+    most ``score_thresh`` are dropped; within each class the ``nms_topk``
+    best go through NMS (``force_nms``: one NMS over all classes instead); the
+    ``post_nms`` best of all classes are returned, sorted by score, padded
+    with -1. (GluonCV returns every class's block unsorted, ``C x N`` rows;
+    sorted, its rows equal these.)
+
+    Parameters
+    ----------
+    score_thresh : float
+    nms_thresh : float
+        IoU threshold; outside (0, 1) nothing is suppressed.
+    nms_topk : int
+        Candidates per class entering NMS, -1 for all.
+    post_nms : int
+        Detections returned, -1 for all ``C x N``.
+    force_nms : bool
+        Suppress across classes.
+
+    Inputs: ``probs`` ``B x N x (C + 1)`` (softmax, background first) and
+    ``boxes`` ``B x N x C x 4``. Outputs: ``ids``, ``scores`` ``B x K x 1``,
+    ``boxes`` ``B x K x 4``.
+    """
+
+    def __init__(self, num_classes, score_thresh=0.01, nms_thresh=0.3, nms_topk=400,
+                 post_nms=100, force_nms=False, **kwargs):
+        super().__init__(**kwargs)
+        self.num_classes = num_classes
+        self.score_thresh = score_thresh
+        self.nms_thresh = nms_thresh
+        self.nms_topk = nms_topk
+        self.post_nms = post_nms
+        self.force_nms = force_nms
+
+    def hybrid_forward(self, F, probs, boxes):
+        scores = F.transpose(F.slice_axis(probs, axis=-1, begin=1, end=None), (0, 2, 1))
+        keep = scores > self.score_thresh                                  # B x C x N
+        ids = F.broadcast_like(F.contrib.arange_like(scores, axis=1).reshape((1, -1, 1)), scores)
+        ids = F.where(keep, ids, F.ones_like(ids) * -1)
+        scores = F.where(keep, scores, F.zeros_like(scores))
+        rows = F.concat(ids.expand_dims(-1), scores.expand_dims(-1),
+                        F.transpose(boxes, (0, 2, 1, 3)), dim=-1)          # B x C x N x 6
+        rows = rows.reshape((0, -3, 0)) if self.force_nms else rows.reshape((-3, 0, 0))
+        rows = F.contrib.box_nms(rows, overlap_thresh=self.nms_thresh, topk=self.nms_topk,
+                                 valid_thresh=0.0001, id_index=0, score_index=1, coord_start=2,
+                                 force_suppress=self.force_nms)
+        if not self.force_nms:
+            rows = rows.reshape((-4, -1, self.num_classes, -2)).reshape((0, -3, 0))
+        best = F.slice_axis(rows, axis=-1, begin=1, end=2).reshape((0, -1))
+        if self.post_nms > 0:
+            order = F.topk(best, axis=1, k=self.post_nms, ret_typ='indices')
+        else:
+            order = F.argsort(best, axis=1, is_ascend=False)
+        rows = batch_take(F, rows, order)
+        return (F.slice_axis(rows, axis=-1, begin=0, end=1),
+                F.slice_axis(rows, axis=-1, begin=1, end=2),
+                F.slice_axis(rows, axis=-1, begin=2, end=6))
