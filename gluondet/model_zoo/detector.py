@@ -1,9 +1,14 @@
-"""What every detector of the zoo shares: classes, a retrace on mode switch, reset_class helpers."""
+"""What every detector of the zoo shares: classes, a retrace on mode switch, reset_class helpers,
+the zoo builders of ``{arch}_{dataset}`` and ``{arch}_custom``."""
+import os
 import warnings
 
+import mxnet as mx
 from mxnet import autograd, gluon
 
-__all__ = ['Detector', 'reuse_mapping', 'initialized_ctx']
+from . import registry
+
+__all__ = ['Detector', 'reuse_mapping', 'initialized_ctx', 'dataset_builder', 'custom_builder']
 
 
 class Detector(gluon.HybridBlock):
@@ -81,3 +86,53 @@ def initialized_ctx(block):
         return block.weight.list_ctx()
     except RuntimeError:
         return None
+
+
+def dataset_builder(build, arch, dataset, classes, family):
+    """The zoo builder of ``{arch}_{dataset}``: fixed classes, published weights.
+
+    ``build(arch, classes, dataset, pretrained_base, ctx, root, **kwargs)`` makes the
+    network; ``family`` names the detector in the docstring (``'SSD'``).
+    """
+    name = '%s_%s' % (arch, dataset)
+
+    def builder(pretrained=False, pretrained_base=True, ctx=mx.cpu(),
+                root=os.path.join('~', '.mxnet', 'models'), **kwargs):
+        if 'classes' in kwargs:
+            raise TypeError('%s has fixed classes; use %s_custom(classes=...) or net.reset_class()'
+                            % (name, arch))
+        net = build(arch, classes, dataset, pretrained_base and not pretrained, ctx, root,
+                    **kwargs)
+        if pretrained:
+            net.load_parameters(registry.weights_file(name, root), ctx=ctx)
+        return net
+
+    builder.__name__ = builder.__qualname__ = name.replace('.', '_')
+    builder.__doc__ = '%s %s for %s (%d classes); see ``get_model``.' % (
+        family, arch, dataset.upper(), len(classes))
+    return builder
+
+
+def custom_builder(build, arch, family):
+    """The zoo builder of ``{arch}_custom``: ``classes=`` given, optionally ``transfer=``."""
+    name = arch + '_custom'
+
+    def builder(classes=None, pretrained=False, pretrained_base=True, ctx=mx.cpu(),
+                root=os.path.join('~', '.mxnet', 'models'), transfer=None, **kwargs):
+        if not classes:
+            raise ValueError('%s needs classes=[...], the foreground class names' % name)
+        if pretrained:
+            warnings.warn('%s: custom models have no pretrained weights; pretrained ignored'
+                          % name)
+        if transfer is None:
+            return build(arch, classes, 'custom', pretrained_base, ctx, root, **kwargs)
+        net = registry.get_model('%s_%s' % (arch, transfer), pretrained=True, ctx=ctx, root=root,
+                                 **kwargs)
+        net.reset_class(classes, reuse_weights=[c for c in classes if c in net.classes])
+        return net
+
+    builder.__name__ = builder.__qualname__ = name.replace('.', '_')
+    builder.__doc__ = ('%s %s for your classes (``classes=``); ``transfer="voc"|"coco"`` '
+                       'starts from those weights, keeping the classes they share.'
+                       % (family, arch))
+    return builder

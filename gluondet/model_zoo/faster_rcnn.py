@@ -1,6 +1,5 @@
 """Faster R-CNN (Ren et al. 2015, arXiv:1506.01497), C4 and FPN (Lin et al. 2017)."""
 import os
-import warnings
 
 import mxnet as mx
 from mxnet import autograd
@@ -10,8 +9,9 @@ from ..nn import (BoxCenterDecoder, FPN, PerClassNMS, RCNNTargetGenerator, RCNNT
                   ROIExtractor, RPNAnchorGenerator, RPNHead, RPNProposal, batch_take, roi_rows)
 from . import gluoncv_compat, gluoncv_rcnn, registry
 from .backbones import get_backbone
-from .detector import Detector, initialized_ctx, reuse_mapping
-from .registry import COCO_CLASSES, VOC_CLASSES, get_model, register_model
+from .detector import (Detector, custom_builder, dataset_builder, initialized_ctx,
+                       reuse_mapping)
+from .registry import COCO_CLASSES, VOC_CLASSES, register_model
 
 __all__ = ['FasterRCNN', 'FASTER_RCNN_ARCHS', 'build_faster_rcnn']
 
@@ -358,49 +358,7 @@ def build_faster_rcnn(arch, classes, dataset='custom', pretrained_base=True, ctx
     return FasterRCNN(backbone, classes, **options)
 
 
-def _dataset_builder(arch, dataset, classes):
-    name = '%s_%s' % (arch, dataset)
-
-    def builder(pretrained=False, pretrained_base=True, ctx=mx.cpu(),
-                root=os.path.join('~', '.mxnet', 'models'), **kwargs):
-        if 'classes' in kwargs:
-            raise TypeError('%s has fixed classes; use %s_custom(classes=...) or net.reset_class()'
-                            % (name, arch))
-        net = build_faster_rcnn(arch, classes, dataset, pretrained_base and not pretrained, ctx,
-                                root, **kwargs)
-        if pretrained:
-            net.load_parameters(registry.weights_file(name, root), ctx=ctx)
-        return net
-
-    builder.__name__ = builder.__qualname__ = name
-    builder.__doc__ = 'Faster R-CNN %s for %s (%d classes); see ``get_model``.' % (
-        arch, dataset.upper(), len(classes))
-    return builder
-
-
-def _custom_builder(arch):
-    name = arch + '_custom'
-
-    def builder(classes=None, pretrained=False, pretrained_base=True, ctx=mx.cpu(),
-                root=os.path.join('~', '.mxnet', 'models'), transfer=None, **kwargs):
-        if not classes:
-            raise ValueError('%s needs classes=[...], the foreground class names' % name)
-        if pretrained:
-            warnings.warn('%s: custom models have no pretrained weights; pretrained ignored'
-                          % name)
-        if transfer is None:
-            return build_faster_rcnn(arch, classes, 'custom', pretrained_base, ctx, root,
-                                     **kwargs)
-        net = get_model('%s_%s' % (arch, transfer), pretrained=True, ctx=ctx, root=root,
-                        **kwargs)
-        net.reset_class(classes, reuse_weights=[c for c in classes if c in net.classes])
-        return net
-
-    builder.__name__ = builder.__qualname__ = name
-    builder.__doc__ = ('Faster R-CNN %s for your classes (``classes=``); ``transfer="voc"|'
-                       '"coco"`` starts from those weights, keeping the classes they share.'
-                       % arch)
-    return builder
+_FAMILY = 'Faster R-CNN'
 
 
 def _register_all():
@@ -408,12 +366,14 @@ def _register_all():
         for dataset, options in spec['datasets'].items():
             shape = (options['short'], options['max_size'])
             if dataset == 'custom':
+                builder = custom_builder(build_faster_rcnn, arch, _FAMILY)
                 register_model(arch + '_custom', None, shape, spec['backbone'], 'custom',
-                               has_weights=False)(_custom_builder(arch))
+                               has_weights=False)(builder)
             else:
                 classes = {'voc': VOC_CLASSES, 'coco': COCO_CLASSES}[dataset]
+                builder = dataset_builder(build_faster_rcnn, arch, dataset, classes, _FAMILY)
                 register_model('%s_%s' % (arch, dataset), classes, shape, spec['backbone'],
-                               dataset)(_dataset_builder(arch, dataset, classes))
+                               dataset)(builder)
 
 
 _register_all()

@@ -1,6 +1,5 @@
 """SSD: Single Shot MultiBox Detector (Liu et al. 2016, arXiv:1512.02325)."""
 import os
-import warnings
 
 import mxnet as mx
 from mxnet import autograd, gluon
@@ -8,9 +7,10 @@ from mxnet.gluon import nn
 
 from ..nn import BoxCenterDecoder, MultiClassNMS, SSDAnchorGenerator
 from . import gluoncv_compat, registry
-from .detector import Detector, initialized_ctx, reuse_mapping
+from .detector import (Detector, custom_builder, dataset_builder, initialized_ctx,
+                       reuse_mapping)
 from .backbones import get_backbone
-from .registry import COCO_CLASSES, VOC_CLASSES, get_model, register_model
+from .registry import COCO_CLASSES, VOC_CLASSES, register_model
 
 __all__ = ['SSD', 'SSDFeatures', 'ExtraLayer', 'SSD_ARCHS', 'build_ssd']
 
@@ -348,58 +348,15 @@ def build_ssd(arch, classes, dataset='custom', pretrained_base=True, ctx=mx.cpu(
                spec['base_size'], **kwargs)
 
 
-def _dataset_builder(arch, dataset, classes):
-    name = '%s_%s' % (arch, dataset)
-
-    def builder(pretrained=False, pretrained_base=True, ctx=mx.cpu(),
-                root=os.path.join('~', '.mxnet', 'models'), **kwargs):
-        if 'classes' in kwargs:
-            raise TypeError('%s has fixed classes; use %s_custom(classes=...) or net.reset_class()'
-                            % (name, arch))
-        net = build_ssd(arch, classes, dataset, pretrained_base and not pretrained, ctx, root,
-                        **kwargs)
-        if pretrained:
-            net.load_parameters(registry.weights_file(name, root), ctx=ctx)
-        return net
-
-    builder.__name__ = builder.__qualname__ = name.replace('.', '_')
-    builder.__doc__ = 'SSD %s for %s (%d classes); see ``get_model``.' % (
-        arch, dataset.upper(), len(classes))
-    return builder
-
-
-def _custom_builder(arch):
-    name = arch + '_custom'
-
-    def builder(classes=None, pretrained=False, pretrained_base=True, ctx=mx.cpu(),
-                root=os.path.join('~', '.mxnet', 'models'), transfer=None, **kwargs):
-        if not classes:
-            raise ValueError('%s needs classes=[...], the foreground class names' % name)
-        if pretrained:
-            warnings.warn('%s: custom models have no pretrained weights; pretrained ignored'
-                          % name)
-        if transfer is None:
-            return build_ssd(arch, classes, 'custom', pretrained_base, ctx, root, **kwargs)
-        net = get_model('%s_%s' % (arch, transfer), pretrained=True, ctx=ctx, root=root,
-                        **kwargs)
-        net.reset_class(classes, reuse_weights=[c for c in classes if c in net.classes])
-        return net
-
-    builder.__name__ = builder.__qualname__ = name.replace('.', '_')
-    builder.__doc__ = ('SSD %s for your classes (``classes=``); ``transfer="voc"|"coco"`` '
-                       'starts from those weights, keeping the classes they share.' % arch)
-    return builder
-
-
 def _register_all():
     for arch, spec in SSD_ARCHS.items():
         shape = (spec['base_size'], spec['base_size'])
         for dataset in spec.get('datasets', ('voc', 'coco')):
             classes = {'voc': VOC_CLASSES, 'coco': COCO_CLASSES}[dataset]
             register_model('%s_%s' % (arch, dataset), classes, shape, spec['backbone'],
-                           dataset)(_dataset_builder(arch, dataset, classes))
+                           dataset)(dataset_builder(build_ssd, arch, dataset, classes, 'SSD'))
         register_model(arch + '_custom', None, shape, spec['backbone'], 'custom',
-                       has_weights=False)(_custom_builder(arch))
+                       has_weights=False)(custom_builder(build_ssd, arch, 'SSD'))
 
 
 _register_all()
