@@ -121,8 +121,8 @@ class RPNProposal(gluon.HybridBlock):
     ``[0, W] x [0, H]``, boxes narrower or lower than ``min_size`` (inclusive
     pixels, ``xmax - xmin + 1``) get score -1, then the ``pre_nms`` best over
     all levels go through class-agnostic NMS at ``nms_thresh`` and the
-    ``post_nms`` best are kept (score -1 rows when fewer survive). Gradients do
-    not flow through proposals.
+    ``post_nms`` best are kept (rows of -1 when fewer survive, or when there are
+    fewer anchors). Gradients do not flow through proposals.
 
     Parameters
     ----------
@@ -162,7 +162,10 @@ class RPNProposal(gluon.HybridBlock):
         with autograd.pause():
             candidates = [self._candidates(F, image, a, F.stop_gradient(s), F.stop_gradient(o))
                           for a, s, o in zip(anchors, scores, offsets)]
-            candidates = candidates[0] if num == 1 else F.concat(*candidates, dim=1)
+            # -1 rows so that small images, with fewer anchors than post_nms, still give post_nms
+            filler = F.broadcast_axis(F.slice_axis(candidates[0], axis=1, begin=0, end=1) * 0 - 1,
+                                      axis=1, size=post_nms)
+            candidates = F.concat(*(candidates + [filler]), dim=1)
             kept = F.contrib.box_nms(candidates, overlap_thresh=self.nms_thresh, topk=pre_nms,
                                      coord_start=1, score_index=0, id_index=-1,
                                      force_suppress=True)

@@ -1,4 +1,5 @@
 """Tasks bind a detector to the engine: network, transforms, batchify, losses, validation."""
+from .faster_rcnn import FasterRCNNTask
 from .ssd import SSDTask
 
-__all__ = ['SSDTask']
+__all__ = ['FasterRCNNTask', 'SSDTask']

@@ -1,0 +1,61 @@
+"""Faster R-CNN's train and validation transforms: resize keeping the aspect ratio, flip, normalize.
+
+They live in ``data/`` so the R-CNN task and deployment share them (deploy never imports a task).
+"""
+import numpy as np
+
+from . import transforms as T
+
+__all__ = ['RCNNTrainTransform', 'RCNNValTransform']
+
+
+def _short(short):
+    return (int(short), int(short)) if np.isscalar(short) else (int(short[0]), int(short[1]))
+
+
+class RCNNTrainTransform:
+    """GluonCV's ``FasterRCNNDefaultTrainTransform`` without its target making.
+
+    The shorter side goes to ``short`` (or a random integer in ``[short[0],
+    short[1]]``, multi-scale training), the longer at most ``max_size``
+    (bilinear); a horizontal flip with probability ``flip_p``; normalization.
+    Random draws come from numpy's global RNG, which the engine seeds per sample.
+
+    Returns
+    -------
+    image : float32 ``3 x H x W``
+    label : float32 ``N x 6+`` in the resized image's pixels
+    """
+
+    def __init__(self, short=600, max_size=1000, flip_p=0.5, mean=T.IMAGENET_MEAN,
+                 std=T.IMAGENET_STD):
+        self.short, self.max_size, self.flip_p = _short(short), max_size, flip_p
+        self.mean, self.std = mean, std
+
+    def __call__(self, image, label):
+        low, high = self.short
+        short = low if low == high else int(np.random.randint(low, high + 1))
+        img, label = T.resize_short_within(image, label, short, self.max_size, interp=1)
+        img, label, _ = T.random_flip(img, label, self.flip_p)
+        return T.normalize(img, self.mean, self.std), label
+
+
+class RCNNValTransform:
+    """Resize keeping the aspect ratio and normalize; the label stays in original pixels.
+
+    Returns
+    -------
+    image : float32 ``3 x H x W``
+    label : float32 ``N x 6`` in the original image's pixels
+    size : float32 ``[original_height, original_width]``
+    """
+
+    def __init__(self, short=600, max_size=1000, mean=T.IMAGENET_MEAN, std=T.IMAGENET_STD):
+        self.short, self.max_size = _short(short)[0], max_size
+        self.mean, self.std = mean, std
+
+    def __call__(self, image, label):
+        h, w = image.shape[:2]
+        img, _ = T.resize_short_within(image, None, self.short, self.max_size, interp=1)
+        return (T.normalize(img, self.mean, self.std), np.asarray(label, np.float32),
+                np.array([h, w], np.float32))

@@ -1,0 +1,128 @@
+"""Faster R-CNN bound to the training engine (see the task contract in `gluondet.engine`)."""
+import warnings
+
+import mxnet as mx
+from mxnet import autograd
+from mxnet.gluon.data import DataLoader
+
+from ..data.batchify import Pad, PadImages, Stack, Tuple
+from ..data.rcnn_transforms import RCNNTrainTransform, RCNNValTransform
+from ..engine import GroupedBatchSampler, split_batch
+from ..losses import RCNNLoss
+from ..metrics import VOC07MApMetric
+from ..model_zoo import get_model
+from ..nn import RPNTargetGenerator
+
+
+class FasterRCNNTask:
+    """Faster R-CNN: one network name, a train and a val dataset.
+
+    Parameters
+    ----------
+    network : str
+        A model zoo name, e.g. ``faster_rcnn_fpn_resnet18_v1b_custom``.
+    train_dataset, val_dataset : DetectionDataset
+    classes : sequence of str, optional
+        Foreground classes for ``*_custom`` names (default: the train dataset's).
+    short, max_size : int, optional
+        Image resizing (default: the network's, GluonCV's per name); ``short`` may be a
+        ``(low, high)`` range for multi-scale training (validation uses ``low``).
+    pretrained_base : bool
+        Start the backbone from its ImageNet weights. Then the stem, ``layer1`` and
+        every norm layer stay frozen (GluonCV's ``train_patterns``); from scratch,
+        every parameter trains (norm layers keep global statistics: a learnt affine).
+    model_kwargs : dict
+        More arguments for ``get_model``.
+    rpn_rho, rcnn_rho : float
+        Smooth L1 transitions (GluonCV's ``--rpn-smoothl1-rho`` 1/9, ``--rcnn-smoothl1-rho`` 1).
+    val_batch_size, num_workers : int
+        For the validation loader.
+    """
+
+    def __init__(self, network, train_dataset, val_dataset, classes=None, short=None,
+                 max_size=None, pretrained_base=True, model_kwargs=None, rpn_rho=1. / 9,
+                 rcnn_rho=1., val_batch_size=4, num_workers=0):
+        self.network = network
+        self.classes = tuple(classes or train_dataset.classes)
+        self._train, self._val = train_dataset, val_dataset
+        self.short, self.max_size = short, max_size
+        self.pretrained_base = pretrained_base
+        self.model_kwargs = dict(model_kwargs or {})
+        self.val_batch_size, self.num_workers = val_batch_size, num_workers
+        self.rpn_targets = RPNTargetGenerator()
+        self.loss = RCNNLoss(rpn_rho, rcnn_rho)
+        self.multiple = 1
+        self.train_batchify = None
+
+    def meta(self):
+        return {'task': 'faster_rcnn', 'network': self.network, 'classes': list(self.classes),
+                'short': self.short, 'max_size': self.max_size}
+
+    def build_net(self, ctx_list):
+        kwargs = dict(self.model_kwargs)
+        if self.network.endswith('_custom'):
+            kwargs['classes'] = self.classes
+        net = get_model(self.network, pretrained_base=self.pretrained_base, **kwargs)
+        if tuple(net.classes) != self.classes:
+            raise ValueError('%s predicts %d classes %s but the data has %s; use the *_custom '
+                             'network' % (self.network, len(net.classes), net.classes[:3],
+                                          self.classes[:3]))
+        self.short = self.short or net.short
+        self.max_size = self.max_size or net.max_size
+        self.multiple = 32 if net.fpn is not None else 1
+        self.train_batchify = Tuple(PadImages(self.multiple), Pad(pad_val=-1))
+        with warnings.catch_warnings():  # parameters loaded from the store stay as they are
+            warnings.simplefilter('ignore')
+            net.initialize(mx.init.Xavier(rnd_type='gaussian', factor_type='out', magnitude=2))
+        net.collect_params().reset_ctx(ctx_list)
+        return net
+
+    def train_params(self, net):
+        if self.pretrained_base:
+            return net.collect_train_params()
+        return net.collect_params()
+
+    def train_dataset(self):
+        return self._train.transform(RCNNTrainTransform(self.short, self.max_size))
+
+    def train_batch_sampler(self, length, batch_size, seed, rank, world_size):
+        """Batches of landscape or of portrait images only, so a batch pads little."""
+        groups = [int(w >= h) for w, h in map(self._train.image_size, range(length))]
+        return GroupedBatchSampler(groups, batch_size, seed, rank, world_size)
+
+    def losses(self, net, parts):
+        outputs = [[] for _ in range(10)]
+        for images, sizes, labels in parts:
+            gt_boxes, gt_ids = labels[:, :, :4], labels[:, :, 4:5]
+            (rpn_scores, rpn_boxes, anchors, cls_preds, box_preds, cls_targets, box_targets,
+             box_masks) = net(images, gt_boxes, gt_ids)
+            with autograd.pause():
+                rpn_targets = self.rpn_targets(anchors, gt_boxes, gt_ids, sizes)
+            for column, value in zip(outputs, (rpn_scores, rpn_boxes) + tuple(rpn_targets) + (
+                    cls_preds, box_preds, cls_targets, box_targets, box_masks)):
+                column.append(value)
+        return self.loss(*outputs)
+
+    def val_loader(self):
+        short = self.short if isinstance(self.short, int) else self.short[0]
+        dataset = self._val.transform(RCNNValTransform(short, self.max_size))
+        return DataLoader(dataset, self.val_batch_size, shuffle=False, last_batch='keep',
+                          batchify_fn=Tuple(PadImages(self.multiple), Pad(pad_val=-1), Stack()),
+                          num_workers=self.num_workers)
+
+    def validate(self, net, ctx_list):
+        metric = VOC07MApMetric(iou_thresh=0.5, class_names=self.classes)
+        for batch in self.val_loader():
+            for images, sizes, labels, original in split_batch(batch, ctx_list):
+                ids, scores, boxes = net(images)
+                ratio = original / sizes                                  # B x 2 (h, w)
+                scale = mx.nd.stack(ratio[:, 1], ratio[:, 0], ratio[:, 1], ratio[:, 0], axis=1)
+                valid = mx.nd.broadcast_like(ids >= 0, boxes)
+                boxes = mx.nd.where(valid, mx.nd.broadcast_mul(boxes, scale.expand_dims(1)),
+                                    boxes)
+                metric.update(boxes, ids, scores, labels[:, :, :4], labels[:, :, 4:5],
+                              labels[:, :, 5:6])
+        names, values = metric.get()
+        result = {'AP/' + name: float(value) for name, value in zip(names[:-1], values[:-1])}
+        result['mAP'] = float(values[-1])
+        return result
