@@ -87,7 +87,7 @@ def test_gluoncv_file_of_another_network_is_refused(tmp_path):
         net.load_parameters(path)
 
 
-def test_roi_extractor_pools_each_roi_from_its_own_level():
+def test_roi_extractor_pools_each_roi_from_its_own_level_forward_and_backward():
     rng = np.random.RandomState(0)
     maps = [mx.nd.array(rng.normal(size=(2, 3, 64 // s, 80 // s))) for s in (1, 2, 4, 8)]
     strides = (4, 8, 16, 32)
@@ -97,13 +97,27 @@ def test_roi_extractor_pools_each_roi_from_its_own_level():
                      y0 + sizes * rng.uniform(0.5, 2, size=40)], axis=1).astype(np.float32)
     block = ROIExtractor((7, 7), strides, min_level=2)
     block.hybridize()
-    out = block(mx.nd.array(rois), *maps).asnumpy()
+    head = mx.nd.array(rng.normal(size=(40, 3, 7, 7)))      # d loss / d pooled
+    for m in maps:
+        m.attach_grad()
+    with autograd.record():
+        pooled = block(mx.nd.array(rois), *maps)
+        (pooled * head).sum().backward()
+    out, grads = pooled.asnumpy(), [m.grad.asnumpy() for m in maps]
     levels = fpn_levels(mx.nd, mx.nd.array(rois), 2, 5).asnumpy().astype(int)
     assert set(levels) == {2, 3, 4, 5}
+    expected_grads = [np.zeros_like(g) for g in grads]
     for i, level in enumerate(levels):
-        ref = mx.nd.contrib.ROIAlign(maps[level - 2], mx.nd.array(rois[i:i + 1]), (7, 7),
-                                     1.0 / strides[level - 2], sample_ratio=2)
+        feature = maps[level - 2].copy()
+        feature.attach_grad()
+        with autograd.record():
+            ref = mx.nd.contrib.ROIAlign(feature, mx.nd.array(rois[i:i + 1]), (7, 7),
+                                         1.0 / strides[level - 2], sample_ratio=2)
+            (ref * head[i:i + 1]).sum().backward()
         np.testing.assert_allclose(out[i], ref.asnumpy()[0], rtol=1e-5, atol=1e-6)
+        expected_grads[level - 2] += feature.grad.asnumpy()
+    for got, want in zip(grads, expected_grads):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
     area = (rois[:, 3] - rois[:, 1] + 1) * (rois[:, 4] - rois[:, 2] + 1)
     np.testing.assert_array_equal(levels, np.clip(np.floor(4 + np.log2(np.sqrt(area) / 224
                                                                           + 1e-6)), 2, 5))
@@ -135,8 +149,14 @@ def test_rpn_targets_sample_at_most_num_sample():
     anchors = _anchors()
     gt = mx.nd.array([[[30, 40, 120, 150], [-1, -1, -1, -1]], [[0, 0, 300, 300], [5, 5, 50, 50]]])
     ids = mx.nd.array([[[0], [-1]], [[0], [0]]])
-    cls_t, _, mask = RPNTargetGenerator(num_sample=64, pos_ratio=0.25)(
-        anchors, gt, ids, mx.nd.array([[320, 384], [300, 300]]))
+    gen = RPNTargetGenerator(num_sample=64, pos_ratio=0.25)
+    sizes = mx.nd.array([[320, 384], [300, 300]])
+    mx.random.seed(5)
+    cls_t, _, mask = gen(anchors, gt, ids, sizes)
+    gen.hybridize()
+    mx.random.seed(5)
+    for got, want in zip(gen(anchors, gt, ids, sizes), (cls_t, _, mask)):
+        np.testing.assert_array_equal(got.asnumpy(), want.asnumpy())
     cls_t = cls_t.asnumpy()
     for row in cls_t:
         assert (row >= 0).sum() == 64 and 1 <= (row > 0).sum() <= 16

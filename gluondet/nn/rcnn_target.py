@@ -87,7 +87,7 @@ class RPNTargetGenerator(gluon.HybridBlock):
         best = F.max(ious, axis=-1)
         matches = F.argmax(ious, axis=-1)
         gt_best = F.max(ious, axis=1, keepdims=True)                         # B x 1 x M
-        is_best = F.broadcast_greater(ious + _EPS, gt_best) * valid * (ious >= 0)
+        is_best = F.broadcast_mul(F.broadcast_greater(ious + _EPS, gt_best), valid) * (ious >= 0)
         positive = F.maximum(F.sum(is_best, axis=-1) > 0, best >= self._pos_iou_thresh)
         negative = (best < self._neg_iou_thresh) * inside
         samples = F.where(negative, F.ones_like(best) * -1, positive)

@@ -28,11 +28,12 @@ class ROIExtractor(gluon.HybridBlock):
     """Fixed-size features of each ROI, from one map or from the level that fits it.
 
     With several maps (an FPN), each ROI's features come only from the level
-    :func:`fpn_levels` gives it: every level pools every ROI and the other
-    levels' outputs are selected away with ``where``. (Marking the other
-    levels' ROIs with batch index -1 instead, as GluonCV does, is wrong on
-    CPUs: MXNet 1.9's CPU ROI Align leaves the output of such ROIs unset and
-    also overwrites part of the output of the ROI before them.)
+    :func:`fpn_levels` gives it: each level pools its own ROIs (see
+    :meth:`_pool_own`; ROI pooling pools all) and the other rows are selected
+    away with ``where``. GluonCV marks the other levels' ROIs with batch index
+    -1 too, but without the spare row and the selection, which is wrong on
+    CPUs: MXNet 1.9's CPU ROI Align leaves such ROIs' rows unset and zeroes
+    part of the first ROI's.
 
     Parameters
     ----------
@@ -69,7 +70,29 @@ class ROIExtractor(gluon.HybridBlock):
         levels = fpn_levels(F, rois, self.min_level, self.min_level + len(maps) - 1)
         pooled = []
         for i, (feature, stride) in enumerate(zip(maps, self.strides)):
-            out = self._pool(F, feature, rois, stride)
-            mine = F.broadcast_like((levels == self.min_level + i).reshape((-1, 1, 1, 1)), out)
+            mine = (levels == self.min_level + i).reshape((-1, 1))
+            if self.mode == 'pool':
+                out = self._pool(F, feature, rois, stride)
+            else:
+                out = self._pool_own(F, feature, rois, mine, stride)
+            mine = F.broadcast_like(mine.reshape((-1, 1, 1, 1)), out)
             pooled.append(F.where(mine, out, F.zeros_like(out)))
         return F.add_n(*pooled)
+
+    def _pool_own(self, F, feature, rois, mine, stride):
+        """ROI Align of the ROIs where ``mine``; the other rows are garbage (masked later).
+
+        The others get batch index -1, so ROI Align skips them forward and
+        backward (pooling every ROI on every level made ROI Align's backward
+        half of a training step). MXNet 1.9's CPU kernel then leaves their rows
+        unset and writes a zero at flat output position ``r`` for each skipped
+        ROI ``r``: a sacrificial first row (any valid ROI) takes those writes,
+        since ``C x h x w`` exceeds the number of ROIs. GPUs and ONNX Runtime zero
+        skipped ROIs and need no such row.
+        """
+        own = F.where(F.broadcast_like(mine, rois), rois, F.ones_like(rois) * -1)
+        first = F.slice_axis(rois, axis=0, begin=0, end=1)
+        spare = F.concat(F.zeros_like(F.slice_axis(first, axis=1, begin=0, end=1)),
+                         F.slice_axis(first, axis=1, begin=1, end=None), dim=1)
+        out = self._pool(F, feature, F.concat(spare, own, dim=0), stride)
+        return F.slice_axis(out, axis=0, begin=1, end=None)
