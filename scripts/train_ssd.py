@@ -48,10 +48,7 @@ def network_name(args):
         raise SystemExit('unknown --network %r; SSD has %s' % (
             args.network, ', '.join(sorted({a.split('_', 2)[2] for a in SSD_ARCHS}))))
     arch = min(archs, key=lambda a: abs(int(a.split('_')[1]) - args.data_shape))
-    dataset = args.dataset.lower()
-    if dataset in ('voc', 'coco') and not (args.classes or args.train_json):
-        return '%s_%s' % (arch, dataset)
-    return arch + '_custom'
+    return '%s_%s' % (arch, cli.zoo_dataset(args))
 
 
 def main(argv=None):
@@ -64,8 +61,7 @@ def main(argv=None):
                    pretrained_base=args.pretrained_base, num_workers=args.num_workers)
     config = cli.train_config(args, args.save_prefix + name)
     result = fit(task, config)
-    if result.metrics:
-        print('final: %s' % ', '.join('%s=%.4f' % kv for kv in result.metrics.items()))
+    cli.print_final(result)
     return result
 
 

@@ -1,7 +1,9 @@
 """Flags shared by the training scripts, and their translation into datasets and a config.
 
 Flag names and defaults follow GluonCV's ``train_*.py``; each script adds its own
-(``--network``, ``--data-shape``, ...) and keeps only the translation here.
+(``--network``, ``--data-shape``, ...) and keeps only the translation here. A default of
+None stands for "the dataset's": `dataset_defaults` fills those into a new namespace after
+parsing (GluonCV's scripts fill their parsed args in place).
 """
 import argparse
 import logging
@@ -9,7 +11,7 @@ import os
 import sys
 
 from ..data import resolve_dataset
-from ..engine import TrainConfig
+from ..engine import HookBase, TrainConfig
 
 LOG = logging.getLogger('gluondet')
 
@@ -17,9 +19,21 @@ SCALE_OUT_FLAGS = ('syncbn', 'dali', 'amp', 'horovod')
 
 
 def add_training_args(parser, epochs, lr, lr_decay_epoch, batch_size, wd=0.0005,
-                      log_interval=100, val_interval=1):
-    """The flags every training script shares, with that script's defaults."""
-    add = parser.add_argument
+                      log_interval=100, val_interval=1, save_interval=10, lr_warmup=0.0,
+                      warmup_unit='epochs', mixup=False, scale_out=SCALE_OUT_FLAGS):
+    """The flags every training script shares, with that script's defaults.
+
+    A default of None means the dataset's (`dataset_defaults`). ``warmup_unit`` is what
+    ``--lr-warmup`` counts: ``'epochs'`` (gluondet's SSD) or ``'iterations'`` (GluonCV's
+    Faster R-CNN, where ``-1`` is none). ``mixup`` adds ``--mixup`` and
+    ``--no-mixup-epochs`` (for a task with ``supports_mixup``). ``scale_out`` names the
+    on/off flags `check_scale_out` refuses until they are built.
+    """
+    def add(*flags, **kwargs):
+        if 'default' in kwargs and kwargs['default'] is None:
+            kwargs['help'] += " (unset: the dataset's default, printed in the log)"
+        parser.add_argument(*flags, **kwargs)
+
     add('--batch-size', type=int, default=batch_size, help='training mini-batch size')
     add('--dataset', default='voc', help='voc, coco, kitti or demo (the embedded synthetic set)')
     add('--dataset-root', default='~/.mxnet/datasets/',
@@ -43,34 +57,57 @@ def add_training_args(parser, epochs, lr, lr_decay_epoch, batch_size, wd=0.0005,
     add('--lr-mode', default='step', choices=('step', 'cosine'), help='learning rate schedule')
     add('--lr-decay', type=float, default=0.1, help='step schedule: decay factor')
     add('--lr-decay-epoch', default=lr_decay_epoch, help='step schedule: epochs to decay at')
-    add('--lr-warmup', type=float, default=0, help='linear warmup length in epochs')
+    add('--lr-warmup', type=float if warmup_unit == 'epochs' else int, default=lr_warmup,
+        help='linear warmup length in %s%s' % (
+            warmup_unit, '' if warmup_unit == 'epochs' else ' (-1: none)'))
+    add('--lr-warmup-factor', type=float, default=1. / 3,
+        help='the warmup starts at lr times this factor')
+    parser.set_defaults(warmup_unit=warmup_unit)
     add('--momentum', type=float, default=0.9, help='SGD momentum')
     add('--wd', type=float, default=wd, help='weight decay')
+    add('--no-wd', action='store_true',
+        help='no weight decay on biases and on the norm layers\' gamma and beta')
+    add('--clip-gradient', type=float, default=-1.,
+        help='clip each gradient element to [-value, value]; -1: no clipping')
+    if mixup:
+        add('--mixup', action='store_true', help='mixup training (pairs of images blended)')
+        add('--no-mixup-epochs', type=int, default=20,
+            help='with --mixup, the last this many epochs train without it')
     add('--log-interval', type=int, default=log_interval, help='batches between log lines')
     add('--save-prefix', default='', help='prefix of saved files (the network name is appended)')
-    add('--save-interval', type=int, default=10, help='epochs between saved .params')
+    add('--save-interval', type=int, default=save_interval,
+        help='epochs between saved .params')
     add('--val-interval', type=int, default=val_interval, help='epochs between validations')
     add('--seed', type=int, default=233, help='random seed')
     add('--logdir', default='', help='TensorBoard log folder (tensorboardX)')
-    add('--no-hybridize', dest='hybridize', action='store_false', help='run imperatively')
+    add('--no-hybridize', '--disable-hybridization', dest='hybridize', action='store_false',
+        help='run imperatively')
     add('--no-pretrained-base', dest='pretrained_base', action='store_false',
         help='train the backbone from scratch (no ImageNet weights)')
-    add('--syncbn', action='store_true', help='synchronized BatchNorm across devices')
-    add('--dali', action='store_true', help='NVIDIA DALI data loading')
-    add('--amp', action='store_true', help='automatic mixed precision')
-    add('--horovod', action='store_true', help='distributed training with Horovod')
+    helps = {'syncbn': 'synchronized BatchNorm across devices', 'dali': 'NVIDIA DALI data loading',
+             'amp': 'automatic mixed precision', 'horovod': 'distributed training with Horovod'}
+    for flag in scale_out:
+        add('--' + flag, action='store_true', help=helps[flag])
 
 
 def check_scale_out(args):
-    """Refuse the scale-out flags that are not implemented yet, rather than ignore them."""
-    asked = ['--' + f for f in SCALE_OUT_FLAGS if getattr(args, f)]
+    """Refuse the scale-out flags that are not implemented yet, rather than ignore them.
+
+    The on/off flags of `SCALE_OUT_FLAGS`, ``--norm-layer syncbn`` and a distributed
+    ``--kv-store``, whichever the script has.
+    """
+    asked = ['--' + f for f in SCALE_OUT_FLAGS if getattr(args, f, False)]
+    if getattr(args, 'norm_layer', None) == 'syncbn':
+        asked.append('--norm-layer syncbn')
+    if str(getattr(args, 'kv_store', '')).startswith('dist'):
+        asked.append('--kv-store ' + args.kv_store)
     if asked:
         raise SystemExit('%s: not available in this version of gluondet yet; run without it'
                          % ', '.join(asked))
 
 
-def _split_list(text, cast=str):
-    return tuple(cast(v.strip()) for v in str(text).split(',') if v.strip())
+def _split_list(text):
+    return tuple(v.strip() for v in str(text).split(",") if v.strip())
 
 
 # add_training_args' split defaults, which stand for the dataset's own default split
@@ -98,7 +135,7 @@ def build_datasets(args):
                 _split_list(args.classes) or None, json_file or None, args.image_root or None,
                 train=train))
     except ValueError as err:     # DatasetError included
-        raise SystemExit('%s: error: %s' % (os.path.basename(sys.argv[0]), err)) from None
+        raise _user_error(err) from None
     paths = [[ds.image_path(i) for i in range(len(ds))] for ds in datasets]
     if paths[0] == paths[1]:
         LOG.warning('the validation data is the training data (%d images): name another split '
@@ -107,17 +144,93 @@ def build_datasets(args):
 
 
 def train_config(args, save_prefix, **overrides):
-    """The engine's `TrainConfig` from the shared flags."""
+    """The engine's `TrainConfig` from the shared flags (a bad value exits with one line)."""
+    warmup = ({'warmup_epochs': args.lr_warmup} if args.warmup_unit == 'epochs'
+              else {'warmup_iters': max(0, args.lr_warmup)})
     values = dict(
         gpus=args.gpus, batch_size=args.batch_size, num_workers=args.num_workers,
         epochs=args.epochs, start_epoch=args.start_epoch, resume=args.resume, lr=args.lr,
         wd=args.wd, momentum=args.momentum, lr_mode=args.lr_mode, lr_decay=args.lr_decay,
-        lr_decay_epoch=_split_list(args.lr_decay_epoch, int), warmup_epochs=args.lr_warmup,
-        log_interval=args.log_interval, save_prefix=save_prefix,
-        save_interval=args.save_interval, val_interval=args.val_interval, seed=args.seed,
-        logdir=args.logdir, hybridize=args.hybridize)
+        lr_decay_epoch=args.lr_decay_epoch, warmup_factor=args.lr_warmup_factor, no_wd=args.no_wd,
+        clip_gradient=args.clip_gradient, log_interval=args.log_interval,
+        save_prefix=save_prefix, save_interval=args.save_interval,
+        val_interval=args.val_interval, seed=args.seed, logdir=args.logdir,
+        hybridize=args.hybridize, **warmup)
+    if hasattr(args, 'mixup'):
+        values.update(mixup=args.mixup, no_mixup_epochs=args.no_mixup_epochs)
     values.update(overrides)
-    return TrainConfig.from_dict(values)
+    try:
+        return TrainConfig.from_dict(values, source='flags')
+    except ValueError as err:
+        raise _user_error(err) from None
+
+
+def _user_error(err):
+    return SystemExit('%s: error: %s' % (os.path.basename(sys.argv[0]), err))
+
+
+def zoo_dataset(args):
+    """Which dataset's zoo network the data flags call for: ``'voc'`` or ``'coco'`` when
+    ``--dataset`` names one without classes of its own (``--classes``, ``--train-json``),
+    else ``'custom'`` (a ``*_custom`` network, GluonCV's naming)."""
+    dataset = args.dataset.lower()
+    if dataset in ('voc', 'coco') and not (args.classes or args.train_json):
+        return dataset
+    return 'custom'
+
+
+def dataset_defaults(args, table, fallback):
+    """The parsed ``args`` with the dataset's defaults for the flags left unset.
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+        Not changed.
+    table : dict
+        ``{dataset: {dest: default}}``; a flag whose parsed value is None takes it.
+    fallback : str
+        The key of ``table`` for datasets it does not name.
+
+    Returns
+    -------
+    resolved : argparse.Namespace
+        A copy of ``args`` with the defaults filled in.
+    message : str
+        What was filled in, for the log (``''`` when nothing was).
+    """
+    dataset = args.dataset.lower()
+    key = dataset if dataset in table else fallback
+    applied = {dest: value for dest, value in table[key].items() if getattr(args, dest) is None}
+    resolved = argparse.Namespace(**dict(vars(args), **applied))
+    if not applied:
+        return resolved, ''
+    source = ("GluonCV's %s defaults" % key if key == dataset else
+              "GluonCV has none for --dataset %s; its %s defaults" % (args.dataset, key))
+    return resolved, '%s for the flags left unset: %s' % (source, ', '.join(
+        '--%s %s' % (dest.replace('_', '-'), value) for dest, value in applied.items()))
+
+
+class StartupLog(HookBase):
+    """Writes ``lines`` to the training log (console and ``_train.log``) as training
+    starts; with ``trainable``, also the names of the parameters that train (GluonCV's
+    ``--verbose``)."""
+
+    def __init__(self, lines, trainable=False):
+        self.lines, self.trainable = [line for line in lines if line], trainable
+
+    def before_train(self):
+        for line in self.lines:
+            LOG.info(line)
+        if self.trainable:
+            names = [name for name, param in self.loop.net.collect_params().items()
+                     if param.grad_req != 'null']
+            LOG.info('Trainable parameters (%d): %s', len(names), ', '.join(names))
+
+
+def print_final(result):
+    """The last validation's metrics, on stdout."""
+    if result.metrics:
+        print('final: %s' % ', '.join('%s=%.4f' % kv for kv in result.metrics.items()))
 
 
 def parser(description):

@@ -6,6 +6,7 @@ from mxnet import autograd
 from mxnet.gluon.data import DataLoader
 
 from ..data.batchify import Pad, PadImages, Stack, Tuple
+from ..data.mixup import MixupDetection
 from ..data.rcnn_transforms import RCNNTrainTransform, RCNNValTransform
 from ..engine import GroupedBatchSampler, split_batch
 from ..losses import RCNNLoss
@@ -37,7 +38,14 @@ class FasterRCNNTask:
         Smooth L1 transitions (GluonCV's ``--rpn-smoothl1-rho`` 1/9, ``--rcnn-smoothl1-rho`` 1).
     val_batch_size, num_workers : int
         For the validation loader.
+
+    Mixup (``config.mixup``) blends two training images at GluonCV's fixed ratio 0.5, and
+    each image's four losses are multiplied by its label weight (the 7th column: 0.5 for
+    every box of a mixed image, 1 otherwise), as GluonCV multiplies them by ``mix_ratio``.
     """
+
+    supports_mixup = True
+    MIX_RATIO = 0.5    # GluonCV's train_faster_rcnn.py: set_mixup(np.random.uniform, 0.5, 0.5)
 
     def __init__(self, network, train_dataset, val_dataset, classes=None, short=None,
                  max_size=None, pretrained_base=True, model_kwargs=None, rpn_rho=1. / 9,
@@ -83,7 +91,10 @@ class FasterRCNNTask:
         return net.collect_params()
 
     def train_dataset(self):
-        return self._train.transform(RCNNTrainTransform(self.short, self.max_size))
+        dataset = self._train
+        if len(dataset) > 1:     # mixes only when the engine's SampleIndex says so
+            dataset = MixupDetection(dataset, ratio=self.MIX_RATIO)
+        return dataset.transform(RCNNTrainTransform(self.short, self.max_size))
 
     def train_batch_sampler(self, length, batch_size, seed, rank, world_size):
         """Batches of landscape or of portrait images only, so a batch pads little."""
@@ -92,6 +103,7 @@ class FasterRCNNTask:
 
     def losses(self, net, parts):
         outputs = [[] for _ in range(10)]
+        weights = []
         for images, sizes, labels in parts:
             gt_boxes, gt_ids = labels[:, :, :4], labels[:, :, 4:5]
             (rpn_scores, rpn_boxes, anchors, cls_preds, box_preds, cls_targets, box_targets,
@@ -101,7 +113,9 @@ class FasterRCNNTask:
             for column, value in zip(outputs, (rpn_scores, rpn_boxes) + tuple(rpn_targets) + (
                     cls_preds, box_preds, cls_targets, box_targets, box_masks)):
                 column.append(value)
-        return self.loss(*outputs)
+            weights.append(_mix_weights(labels))
+        return {name: [value if w is None else value * w for value, w in zip(values, weights)]
+                for name, values in self.loss(*outputs).items()}
 
     def val_loader(self):
         short = self.short if isinstance(self.short, int) else self.short[0]
@@ -126,3 +140,12 @@ class FasterRCNNTask:
         result = {'AP/' + name: float(value) for name, value in zip(names[:-1], values[:-1])}
         result['mAP'] = float(values[-1])
         return result
+
+
+def _mix_weights(labels):
+    """Per image, the largest weight of its boxes (label column 7, padding -1), 1 without
+    boxes; None for labels without a weight column."""
+    if labels.shape[-1] < 7:
+        return None
+    weight = labels[:, :, 6].max(axis=1)
+    return mx.nd.where(weight > 0, weight, mx.nd.ones_like(weight))
