@@ -6,18 +6,25 @@ import shutil
 import subprocess
 import sys
 
+import mxnet as mx
 import numpy as np
 import pytest
 
 from gluondet.cli import main
+from gluondet.data import VOCDetection
 from gluondet.data.base import read_image
 from gluondet.data.coco import coco_to_xyxy  # GluonCV's reading, inverse of infer's
 from gluondet.data.kitti import parse_kitti_label
+from gluondet.data.preprocess import fixed_size
 from gluondet.deploy.infer import evaluate_model, infer
-from gluondet.deploy.predictor import Detections, Predictor
+from gluondet.deploy.predictor import Detections, Predictor, load_network
+from gluondet.deploy.runners import MXNetRunner
 from gluondet.metrics import VOC07MApMetric, coco_evaluate
-from test_deploy_predictor import (NETWORK, SMALL_SPLIT, SMALL_SPLIT_SIZE,  # noqa: F401
-                                   assert_same_detections, small_bccd, trained_model)
+from gluondet.metrics import evaluation
+from gluondet.tasks import SSDTask
+from test_deploy_predictor import (DATA_SHAPE, NETWORK, SMALL_SPLIT,  # noqa: F401
+                                   SMALL_SPLIT_SIZE, assert_same_detections, small_bccd,
+                                   trained_model)
 
 onnx = pytest.importorskip('onnx')
 pytest.importorskip('onnxruntime')
@@ -255,7 +262,19 @@ def _same(a, b):
     return a == b or (math.isnan(a) and math.isnan(b))
 
 
-def test_evaluate_equals_the_validation_of_training(trained_model, small, capsys):
+def test_evaluate_and_the_validation_of_training_are_one_code_path(trained_model, small,
+                                                                   monkeypatch, capsys):
+    """``gluondet evaluate`` and ``SSDTask.validate`` both run ``metrics.evaluation.evaluate``
+    with a Predictor of the same preprocessing and runner over the same images and metric,
+    and print / return what the training's own validation returned."""
+    calls = []
+    real = evaluation.evaluate
+
+    def spy(predictor, dataset, metrics, *args, **kwargs):
+        calls.append((predictor, dataset, [type(m) for m in metrics]))
+        return real(predictor, dataset, metrics, *args, **kwargs)
+
+    monkeypatch.setattr(evaluation, 'evaluate', spy)
     params, validation, _ = trained_model
     voc = small[0]
     assert main(['evaluate', '--model', params, '--dataset', 'voc', '--dataset-root', voc,
@@ -265,9 +284,20 @@ def test_evaluate_equals_the_validation_of_training(trained_model, small, capsys
         params, SMALL_SPLIT_SIZE, validation['mAP']) in out
     assert '  RBC       %.4f' % validation['AP/RBC'] in out
     result = evaluate_model(params, 'voc', voc, SMALL_SPLIT, progress=False)
+    net, info = load_network(params)
+    data = VOCDetection(voc, splits=SMALL_SPLIT, classes=info['classes'])
+    validated = SSDTask(NETWORK, data, data, DATA_SHAPE).validate(net, [mx.cpu()])
+    assert len(calls) == 3
+    (cli, cli_data, cli_metrics), (val, val_data, val_metrics) = calls[1:]
+    assert cli.preprocessing == val.preprocessing == fixed_size(DATA_SHAPE)
+    assert type(cli.runner) is type(val.runner) is MXNetRunner
+    assert [cli_data.image_path(i) for i in range(len(cli_data))] == [
+        val_data.image_path(i) for i in range(len(val_data))]
+    assert cli_metrics == val_metrics == [VOC07MApMetric]
     assert validation['mAP'] > 0.01
-    assert set(result) == set(validation)
-    assert all(_same(result[k], validation[k]) for k in validation), (result, validation)
+    assert set(result) == set(validation) == set(validated)
+    for k in validation:
+        assert _same(result[k], validation[k]) and _same(validated[k], validation[k]), k
 
 
 def test_evaluate_takes_a_labelimg_folder_and_split_as_training_does(trained_model, small,

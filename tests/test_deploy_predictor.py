@@ -23,7 +23,8 @@ from gluondet.deploy.infer import export_model
 from gluondet.deploy.predictor import Predictor, list_images, load_network, rescale_boxes
 from gluondet.engine import TrainConfig, fit
 from gluondet.tasks import SSDTask
-from gluondet.tasks.ssd import SSDValTransform, detect_batches
+from gluondet.data.preprocess import SSDValTransform
+from gluondet.tasks.ssd import detect_batches
 
 pytest.importorskip('onnxruntime')
 
@@ -168,9 +169,10 @@ def test_boxes_are_those_of_validation(trained_model, bccd_root):
 
 
 def test_rescale_scales_coordinates_left_of_and_above_the_image_too():
-    boxes = np.array([[[10, -2, 60, 40]]], np.float32)
-    got = rescale_boxes(boxes, np.array([[240, 320]], np.float32), (160, 120))
-    np.testing.assert_array_equal(got, [[[20, -4, 120, 80]]])
+    boxes = np.array([[[10, -2, 60, 40]], [[10, -2, 60, 40]]], np.float32)
+    got = rescale_boxes(boxes, np.array([[240, 320], [120, 480]], np.float32),
+                        np.array([[120, 160], [120, 160]]))
+    np.testing.assert_array_equal(got, [[[20, -4, 120, 80]], [[30, -2, 180, 40]]])
 
 
 def test_static_batch_model_pads_and_refuses_other_batches(trained_model, images, tmp_path):

@@ -10,8 +10,10 @@ from gluondet.data import DemoDetection
 from gluondet.data.batchify import Pad, Stack, Tuple
 from gluondet.engine import TrainConfig, fit, read_manifest
 from gluondet.engine.testing import check_resume
+from gluondet.metrics import VOC07MApMetric, voc_result
 from gluondet.model_zoo import get_model
-from gluondet.tasks.ssd import SSDTask, SSDTrainTransform, SSDValTransform, anchor_steps
+from gluondet.tasks.ssd import (SSDTask, SSDTrainTransform, SSDValTransform, anchor_steps,
+                                detect_batches)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -104,6 +106,39 @@ def test_fit_trains_validates_and_writes_gluoncv_named_files(tmp_path):
     net = get_model(NET, classes=manifest['meta']['classes'], pretrained_base=False,
                     steps=manifest['meta']['steps'])
     net.load_parameters(prefix + '_best.params')
+
+
+def old_validate(task, net, ctx_list):
+    """``SSDTask.validate`` before it ran the predictor's evaluation: the val loader's
+    batches through ``detect_batches`` into the metric, a batch at a time (the reference)."""
+    metric = VOC07MApMetric(iou_thresh=0.5, class_names=task.classes)
+    for ids, scores, boxes, labels in detect_batches(net, task.val_loader(), ctx_list,
+                                                     (task.width, task.height)):
+        metric.update(boxes, ids, scores, labels[:, :, :4], labels[:, :, 4:5], labels[:, :, 5:6])
+    return voc_result(metric)
+
+
+def test_validation_gives_the_figure_of_the_loop_it_replaced(tmp_path):
+    """On demo val, a trained model's mAP and APs by ``SSDTask.validate`` (the predictor and
+    ``metrics.evaluate``, as ``gluondet evaluate``) equal the old loop's, on one context and
+    split over two."""
+    train = DemoDetection(split='train', num_images=16, image_size=128)
+    val = DemoDetection(split='val', num_images=24, image_size=128)
+    task = SSDTask(NET, train, val, 128, pretrained_base=False, zoom=False, val_batch_size=10)
+    config = TrainConfig(batch_size=8, num_workers=0, epochs=3, lr=0.02, lr_decay_epoch=(),
+                         log_interval=10, save_prefix=str(tmp_path / 'ssd'), save_interval=0,
+                         val_interval=3, seed=3, cpus=2)
+    result = fit(task, config)     # validated on the two contexts it trained on
+
+    def same(a, b):
+        return a.keys() == b.keys() and all(a[k] == b[k] or np.isnan(a[k]) and np.isnan(b[k])
+                                            for k in a)
+
+    for ctx in ([mx.cpu()], [mx.cpu(0), mx.cpu(1)]):
+        expected = old_validate(task, result.net, ctx)
+        assert same(task.validate(result.net, ctx), expected), ctx
+    # (each context keeps its own BatchNorm statistics, so only the same split agrees)
+    assert same(result.metrics, expected) and expected['mAP'] > 0
 
 
 @pytest.mark.slow
@@ -206,8 +241,6 @@ def test_script_resume_after_kill_9_in_epoch_2_equals_the_straight_run(tmp_path,
 
 
 def test_detect_batches_scales_every_coordinate_of_a_detection_and_keeps_padding():
-    from gluondet.tasks.ssd import detect_batches
-
     def net(images):
         ids = mx.nd.array([[[0], [-1]]])
         boxes = mx.nd.array([[[-3, 10, 50, 60], [-1, -1, -1, -1]]])

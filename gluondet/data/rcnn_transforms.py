@@ -1,6 +1,7 @@
 """Faster R-CNN's train and validation transforms: resize keeping the aspect ratio, flip, normalize.
 
-They live in ``data/`` so the R-CNN task and deployment share them (deploy never imports a task).
+They live in ``data/`` so the R-CNN task and deployment share them (deploy never imports a task;
+:mod:`gluondet.data.preprocess` chooses the validation transform from a model's metadata).
 """
 import numpy as np
 
@@ -43,6 +44,9 @@ class RCNNTrainTransform:
 class RCNNValTransform:
     """Resize keeping the aspect ratio and normalize; the label stays in original pixels.
 
+    ``fit`` ``(height, width)``, optional: if the resized image would not fit a
+    network input of that size, it is made as large as fits instead (keeping the ratio).
+
     Returns
     -------
     image : float32 ``3 x H x W``
@@ -50,12 +54,19 @@ class RCNNValTransform:
     size : float32 ``[original_height, original_width]``
     """
 
-    def __init__(self, short=600, max_size=1000, mean=T.IMAGENET_MEAN, std=T.IMAGENET_STD):
+    def __init__(self, short=600, max_size=1000, mean=T.IMAGENET_MEAN, std=T.IMAGENET_STD,
+                 fit=None):
         self.short, self.max_size = _short(short)[0], max_size
         self.mean, self.std = mean, std
+        self.fit = None if fit is None else (int(fit[0]), int(fit[1]))
 
     def __call__(self, image, label):
         h, w = image.shape[:2]
         img, _ = T.resize_short_within(image, None, self.short, self.max_size, interp=1)
+        if self.fit is not None and (img.shape[0] > self.fit[0] or img.shape[1] > self.fit[1]):
+            scale = min(self.fit[0] / h, self.fit[1] / w)
+            size = (min(self.fit[1], max(1, int(round(w * scale)))),
+                    min(self.fit[0], max(1, int(round(h * scale)))))
+            img, _ = T.resize(image, None, size, interp=1)
         return (T.normalize(img, self.mean, self.std), np.asarray(label, np.float32),
                 np.array([h, w], np.float32))

@@ -2,7 +2,7 @@
 
 Calibration data comes from :class:`CalibrationBatches`, plain numpy: images
 are decoded as the datasets decode them and preprocessed exactly as during
-validation (:class:`gluondet.tasks.ssd.SSDValTransform`). A calibration cache
+validation (:func:`gluondet.data.preprocess.val_transform`). A calibration cache
 that already exists is used as it is and no image is read.
 :func:`make_calibrator` turns the batches into the TensorRT calibrator that
 :func:`gluondet.deploy.tensorrt.build_engine` runs.
@@ -18,8 +18,8 @@ import warnings
 import numpy as np
 
 from ..data.base import DatasetError, empty_label, read_image
+from ..data.preprocess import fixed_size, val_transform
 from ..files import atomic_write
-from ..tasks.ssd import SSDValTransform
 
 __all__ = ['CalibrationBatches', 'make_calibrator', 'val_preprocess']
 
@@ -112,25 +112,36 @@ def _positive_int(name, value):
 
 # ---------------------------------------------------------------- calibration data
 
-def val_preprocess(data_shape):
-    """The validation preprocessing of SSD as a function of the decoded image.
+def val_preprocess(data_shape, preprocessing=None):
+    """The validation preprocessing as a function of the decoded image, at a fixed input.
 
     Parameters
     ----------
     data_shape : int or (width, height)
         Network input size.
+    preprocessing : dict, optional
+        The model's (:mod:`gluondet.data.preprocess`); default a fixed size of
+        ``data_shape`` (SSD's). A keep-ratio image is resized to fit the input and
+        padded with zeros at the bottom and right, as the predictor feeds it.
 
     Returns
     -------
     callable
         ``image (H x W x 3 uint8 RGB) -> float32 3 x height x width``:
-        :class:`~gluondet.tasks.ssd.SSDValTransform` (resize with the
+        :func:`~gluondet.data.preprocess.val_transform` (for SSD: resize with the
         automatic interpolation, ImageNet mean/std, channels first).
     """
-    transform = SSDValTransform(*_data_shape(data_shape))
+    width, height = _data_shape(data_shape)
+    spec = preprocessing or fixed_size((height, width))
+    transform = val_transform(spec, fit=(height, width))
 
     def preprocess(image):
-        return transform(image, empty_label())[0]
+        data = transform(image, empty_label())[0]
+        if data.shape[1:] == (height, width):
+            return data
+        out = np.zeros((3, height, width), np.float32)
+        out[:, :data.shape[1], :data.shape[2]] = data
+        return out
     return preprocess
 
 
@@ -158,11 +169,13 @@ class CalibrationBatches:
         Stop after this many batches (default: as many as the images give).
     preprocess : callable, optional
         ``image -> float32 3 x height x width`` applied to each decoded RGB
-        image; default :func:`val_preprocess` of ``data_shape``. It must be
-        the preprocessing the deployed model is fed with.
+        image; default :func:`val_preprocess` of ``data_shape`` and
+        ``preprocessing``. It must be the preprocessing the deployed model is fed with.
     cache_path : str, optional
         Calibration cache: read if present (then no image is read), written
         after a calibration.
+    preprocessing : dict, optional
+        The model's preprocessing (see :func:`val_preprocess`; default a fixed size).
 
     Attributes
     ----------
@@ -177,7 +190,7 @@ class CalibrationBatches:
     """
 
     def __init__(self, images=None, data_shape=None, batch_size=8, num_batches=None,
-                 preprocess=None, cache_path=None):
+                 preprocess=None, cache_path=None, preprocessing=None):
         self.batch_size = _positive_int('batch_size', batch_size)
         self.num_batches = (None if num_batches is None
                             else _positive_int('num_batches', num_batches))
@@ -189,7 +202,7 @@ class CalibrationBatches:
                 raise ValueError('calibration images need data_shape (the network input size)')
             width, height = _data_shape(data_shape)
             self.shape = (self.batch_size, 3, height, width)
-            self.preprocess = preprocess or val_preprocess((width, height))
+            self.preprocess = preprocess or val_preprocess((width, height), preprocessing)
         self.skipped, self.num_yielded, self.dropped = [], 0, 0
         self.check()
 

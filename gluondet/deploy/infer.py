@@ -33,13 +33,13 @@ import os
 import sys
 
 import numpy as np
-from tqdm import tqdm
 
 from ..data import COCODetection, resolve_dataset
 from ..data.coco import xyxy_to_coco
 from ..files import atomic_write
-from ..metrics import COCODetectionMetric, VOC07MApMetric
+from ..metrics import COCODetectionMetric
 from ..metrics.coco_eval import format_summary
+from ..metrics.evaluation import evaluate, evaluate_voc07
 from ..tools.visualize import draw_boxes, save_image
 from .calibration import CalibrationBatches
 from .predictor import (ENGINE_EXTENSIONS, Predictor, list_images, load_network, metadata_path,
@@ -321,39 +321,6 @@ def infer(model, images, output='detections.json', backend=None, params=None, pr
 
 # ---------------------------------------------------------------- evaluate
 
-def evaluate(predictor, dataset, metrics, batch_size=None, progress=False):
-    """Run ``predictor`` on every item of ``dataset`` and update each metric with it.
-
-    Parameters
-    ----------
-    predictor : Predictor
-    dataset : DetectionDataset
-        Items ``(image, label)``, label ``N x 6`` in the image's pixels, class
-        ids in the predictor's classes.
-    metrics : list
-        Metrics with GluonCV's ``update(pred_bboxes, pred_labels, pred_scores,
-        gt_bboxes, gt_labels, gt_difficults)``, updated one image at a time in
-        the dataset's order.
-    batch_size : int, optional
-        See :meth:`Predictor.batch_size`.
-    progress : bool
-        Show a progress bar.
-    """
-    size = predictor.batch_size(batch_size)
-    with tqdm(total=len(dataset), disable=not progress, unit='image',
-              desc='evaluate (%s)' % predictor.backend) as bar:
-        for start in range(0, len(dataset), size):
-            items = [dataset[i] for i in range(start, min(start + size, len(dataset)))]
-            found = predictor.detect([image for image, _ in items], size)
-            for detections, (_, label) in zip(found, items):
-                label = np.asarray(label, np.float32)[None]
-                for metric in metrics:
-                    metric.update(detections.boxes[None], detections.ids[None],
-                                  detections.scores[None], label[:, :, :4], label[:, :, 4:5],
-                                  label[:, :, 5:6])
-            bar.update(len(items))
-
-
 def evaluate_model(model, dataset, dataset_root=None, split=None, annotation_file=None,
                    image_root=None, backend=None, params=None, pretrained=False, data_shape=None,
                    classes=None, batch_size=None, progress=True):
@@ -384,12 +351,9 @@ def evaluate_model(model, dataset, dataset_root=None, split=None, annotation_fil
     predictor = Predictor.from_model(model, backend, params, pretrained, data_shape, classes)
     data = resolve_dataset(dataset, dataset_root, split, predictor.classes, annotation_file,
                            image_root)
-    voc = VOC07MApMetric(iou_thresh=0.5, class_names=predictor.classes)
     coco = COCODetectionMetric(data) if isinstance(data, COCODetection) else None
-    evaluate(predictor, data, [m for m in (voc, coco) if m is not None], batch_size, progress)
-    names, values = voc.get()
-    result = {'AP/' + name: float(value) for name, value in zip(names[:-1], values[:-1])}
-    result['mAP'] = float(values[-1])
+    result = evaluate_voc07(predictor, data, batch_size, progress,
+                            metrics=[coco] if coco is not None else [])
     print('VOC07 mAP (IoU 0.5) of %s (%s) on %d images: %.4f'
           % (model, predictor.backend, len(data), result['mAP']))
     width = max(len(name) for name in predictor.classes)

@@ -8,24 +8,31 @@ batch it takes (``largest`` None: unbounded).
 :class:`~gluondet.deploy.runners.MXNetRunner`,
 :class:`~gluondet.deploy.runners.ONNXRuntimeRunner` and
 :class:`~gluondet.deploy.tensorrt.TensorRTRunner` are runners. :class:`Predictor`
-does the rest, the same for every runner: the validation preprocessing
-(:class:`~gluondet.tasks.ssd.SSDValTransform`), batching (padding a last batch
-smaller than the model takes), and boxes back in original image pixels.
+does the rest, the same for every runner: the validation preprocessing the model's
+metadata records (:mod:`gluondet.data.preprocess`: a fixed size for SSD, each image
+resized keeping its aspect ratio for Faster R-CNN), batching (a keep-ratio image padded
+at the bottom and right to its size rounded up to the model's multiple, or to the fixed
+input of an exported model, images of one padded size run together; a batch smaller
+than the model takes filled with empty images), and boxes back in each image's
+original pixels.
 
 Model sources (:meth:`Predictor.from_model`):
 
 - a model zoo name with ``params=`` (a gluondet or GluonCV ``.params`` file) or
   ``pretrained=True``;
 - a training output ``{prefix}_best.params`` (or any params file the engine
-  wrote) with its ``.json`` beside it (network, classes, data shape, anchor steps);
+  wrote) with its ``.json`` beside it (network, classes, data shape and anchor steps
+  of SSD, short side and max size of Faster R-CNN);
 - an MXNet symbol prefix (``{prefix}-symbol.json``, ``{prefix}-0000.params``,
   described by ``{prefix}-meta.json``);
-- an ONNX model (``.onnx``; classes and input size from its metadata);
+- an ONNX model (``.onnx``; classes and preprocessing from its metadata);
 - a TensorRT engine (``.engine``, ``.plan`` or ``.trt``) described by the json of
   the same stem beside it (``model.engine`` -> ``model.json``).
 
 ``gluondet export`` writes the ``-meta.json`` and engine ``.json`` files
-(:func:`model_metadata`); without them ``classes`` and ``data_shape`` must be given.
+(:func:`model_metadata`); without them ``classes`` and ``data_shape`` must be given (a
+fixed-size model is assumed). Metadata written before ``preprocessing`` was recorded
+(SSD: ``data_shape``, ``mean``, ``std``) reads as the fixed size it describes.
 """
 import collections
 import json
@@ -38,10 +45,10 @@ import numpy as np
 from mxnet import gluon
 from tqdm import tqdm
 
-from ..data import transforms as T
 from ..data.base import DatasetError, empty_label, read_image
+from ..data.preprocess import (fixed_size, padded_shape, preprocessing_from_metadata,
+                               preprocessing_of, val_transform)
 from ..model_zoo import get_model, get_model_info
-from ..tasks.ssd import SSDValTransform
 from .calibration import IMAGE_EXTENSIONS
 from .runners import MXNetRunner, ONNXRuntimeRunner, _symbol_prefix, _symbol_runner
 from .tensorrt import TensorRTRunner
@@ -76,30 +83,29 @@ detections : :class:`Detections`.
 
 # ---------------------------------------------------------------- boxes
 
-def rescale_boxes(boxes, sizes, input_size):
-    """Boxes from network input pixels to original image pixels, as validation rescales them.
+def rescale_boxes(boxes, sizes, input_sizes):
+    """Boxes from network input pixels to original image pixels, each image by its own scale.
 
-    The numpy form of :func:`gluondet.tasks.ssd.detect_batches`' rescale, in
-    float32 like it. Every row is scaled, padding rows too (callers drop those
-    by their id).
+    In float32: each coordinate is multiplied by original / input size along its
+    axis (as the engine's validation always did). Every row is scaled, padding rows
+    too (callers drop those by their id).
 
     Parameters
     ----------
     boxes : numpy.ndarray
         ``B x K x 4`` in input pixels.
     sizes : numpy.ndarray
-        ``B x 2`` float32 original ``[height, width]`` (what SSDValTransform returns).
-    input_size : (int, int)
-        Network input ``(width, height)``.
+        ``B x 2`` original ``[height, width]`` (what the validation transforms return).
+    input_sizes : numpy.ndarray
+        ``B x 2`` ``[height, width]`` of each resized image in the batch (not the padding).
 
     Returns
     -------
     numpy.ndarray
         ``B x K x 4`` float32.
     """
-    width, height = input_size
-    sizes = np.asarray(sizes, np.float32)
-    scale = np.stack([sizes[:, 1] / width, sizes[:, 0] / height] * 2, axis=1)
+    ratio = np.asarray(sizes, np.float32) / np.asarray(input_sizes, np.float32)
+    scale = np.stack([ratio[:, 1], ratio[:, 0]] * 2, axis=1)
     return np.asarray(boxes, np.float32) * scale[:, None, :]
 
 
@@ -164,6 +170,14 @@ def _agree(known, given, what, source):
     return known if known is not None else given
 
 
+def _fixed_input(runner):
+    """``(height, width)`` of a runner whose ``input_shape`` is fixed, else None."""
+    shape = getattr(runner, 'input_shape', None)
+    if shape is None or not all(isinstance(v, numbers.Integral) for v in shape[1:]):
+        return None
+    return tuple(int(v) for v in shape[1:])
+
+
 # ---------------------------------------------------------------- metadata
 
 def metadata_path(model):
@@ -178,33 +192,42 @@ def metadata_path(model):
     return model + '-meta.json'
 
 
-def model_metadata(net, network, data_shape, batch_size=None, **extra):
+def model_metadata(net, network, data_shape, batch_size=None, preprocessing=None, **extra):
     """The description of an exported detector, as its ONNX metadata holds it.
 
     Parameters
     ----------
-    net : :class:`gluondet.model_zoo.ssd.SSD`
+    net : :class:`~gluondet.model_zoo.ssd.SSD` or :class:`~gluondet.model_zoo.faster_rcnn.FasterRCNN`
     network : str
         The model zoo name.
     data_shape : int or (int, int)
-        Input ``(height, width)``.
+        Input ``(height, width)`` of the export (a fixed-size ONNX model's or engine's
+        input; the size a symbol was traced at).
     batch_size : int or None
         The fixed batch, None if the model takes several.
+    preprocessing : dict, optional
+        Default: :func:`~gluondet.data.preprocess.preprocessing_of` the network (an SSD
+        at ``data_shape``; a Faster R-CNN with its ``short`` and ``max_size``).
     **extra
         More keys (for example ``precision`` of an engine).
 
     Returns
     -------
     dict
-        JSON-ready: ``format``, ``network``, ``classes``, ``data_shape``
-        ``[height, width]``, ``batch_size``, ``nms``, ``mean``, ``std``, then ``extra``.
+        JSON-ready: ``format``, ``network``, ``classes``, ``data_shape`` ``[height,
+        width]``, ``batch_size``, ``nms``, ``preprocessing``, ``mean``, ``std`` (also
+        inside ``preprocessing``; kept at the top for readers of older metadata), then
+        ``extra``.
     """
     nms = net.postprocess
+    shape = _pair(data_shape)
+    preprocessing = preprocessing or preprocessing_of(net, shape)
     return dict(format=METADATA_FORMAT, network=network, classes=list(net.classes),
-                data_shape=list(_pair(data_shape)), batch_size=batch_size,
+                data_shape=list(shape), batch_size=batch_size,
                 nms={'score_thresh': nms.score_thresh, 'nms_thresh': nms.nms_thresh,
                      'nms_topk': nms.nms_topk, 'post_nms': nms.post_nms},
-                mean=list(T.IMAGENET_MEAN), std=list(T.IMAGENET_STD), **extra)
+                preprocessing=preprocessing, mean=preprocessing['mean'],
+                std=preprocessing['std'], **extra)
 
 
 def _read_json(path, what):
@@ -244,23 +267,28 @@ def load_network(model, params=None, pretrained=False, classes=None, data_shape=
         training's ``.json`` beside it.
     params : str, optional
         Weights for a zoo name (gluondet or GluonCV ``.params``); if the training's
-        ``.json`` is beside it, its classes, data shape and anchor steps are used.
+        ``.json`` is beside it, its classes, sizes and anchor steps are used.
     pretrained : bool
         Load the zoo name's published weights instead.
     classes : sequence of str, optional
         Class names of a ``*_custom`` name without a training json; otherwise
         checked against the network's.
     data_shape : int or (int, int), optional
-        Input ``(height, width)``; default the training's, else the zoo's.
+        Input ``(height, width)``. SSD: the size images are resized to, default the
+        training's, else the zoo's. Faster R-CNN (each image keeps its aspect ratio):
+        the input of an export, default ``short x max_size`` rounded up to the
+        network's multiple (every landscape image fits).
     ctx : Context, optional
         Default: the CPU.
 
     Returns
     -------
-    net : :class:`gluondet.model_zoo.ssd.SSD`
-        Hybridized, weights loaded.
+    net : :class:`~gluondet.model_zoo.ssd.SSD` or :class:`~gluondet.model_zoo.faster_rcnn.FasterRCNN`
+        Hybridized, weights loaded; a Faster R-CNN's ``short`` and ``max_size`` are
+        the training's.
     info : dict
-        ``network``, ``classes`` (tuple) and ``data_shape`` ``(height, width)``.
+        ``network``, ``classes`` (tuple), ``data_shape`` ``(height, width)`` and
+        ``preprocessing`` (see :mod:`gluondet.data.preprocess`).
     """
     ctx = ctx or mx.cpu()
     if model.lower().endswith('.params'):
@@ -291,21 +319,32 @@ def load_network(model, params=None, pretrained=False, classes=None, data_shape=
                                                                    network))
     info = get_model_info(network)
     source = params or network
-    known = info.classes or (tuple(meta['classes']) if meta else None)
+    meta = meta or {}
+    known = info.classes or (tuple(meta['classes']) if 'classes' in meta else None)
     classes = _agree(known, None if classes is None else tuple(classes), 'classes', source)
     if pretrained and not info.has_weights:
         raise ValueError('%s has no published weights: give params' % network)
     kwargs = {}
     if info.classes is None:
         kwargs['classes'] = classes
-    if meta and meta.get('steps'):
-        kwargs['steps'] = meta['steps']
+    for key in ('steps', 'max_size'):       # SSD's anchor steps, Faster R-CNN's sizes
+        if meta.get(key):
+            kwargs[key] = meta[key]
+    if meta.get('short'):                   # a multi-scale range validates at its low end
+        kwargs['short'] = meta['short'] if np.isscalar(meta['short']) else meta['short'][0]
     net = get_model(network, pretrained=pretrained, pretrained_base=False, ctx=ctx, **kwargs)
     if params is not None:
         net.load_parameters(params, ctx=ctx)
     net.hybridize()
-    shape = data_shape or (meta['data_shape'] if meta else info.data_shape)
-    return net, {'network': network, 'classes': classes, 'data_shape': _pair(shape)}
+    preprocessing = preprocessing_of(net, _pair(data_shape or meta.get('data_shape')
+                                                or info.data_shape))
+    if preprocessing['resize'] == 'fixed':
+        shape = preprocessing['data_shape']
+    else:
+        sides = [preprocessing['short'], preprocessing['max_size'] or preprocessing['short']]
+        shape = data_shape or padded_shape(preprocessing, sides)
+    return net, {'network': network, 'classes': classes, 'data_shape': _pair(shape),
+                 'preprocessing': preprocessing}
 
 
 def _source_kind(model):
@@ -336,41 +375,54 @@ class Predictor:
     ----------
     runner : callable
         ``runner(batch) -> (ids, scores, boxes)`` with a ``batch_range``
-        attribute (see the module docstring); an ``input_shape`` attribute
-        ``(3, H, W)``, if present, must match ``data_shape``.
+        attribute (see the module docstring). An ``input_shape`` attribute ``(3, H,
+        W)`` of integers marks a fixed network input: a fixed-size model's
+        ``data_shape`` must be it; keep-ratio images are resized to fit it and padded to it.
     classes : sequence of str
         Class names; detection ``ids`` index them.
-    data_shape : int or (int, int)
-        Network input ``(height, width)``: images are resized to it.
+    preprocessing : dict, int or (int, int)
+        See :mod:`gluondet.data.preprocess`; an int or ``(height, width)`` is a fixed
+        size with ImageNet's mean and std.
     backend : str
         The runtime's name, for messages.
-    mean, std : 3 floats
-        Input normalization (default ImageNet's, as in training).
 
     Attributes
     ----------
+    preprocessing : dict
+    data_shape : (int, int) or None
+        The network input ``(height, width)`` if it is fixed (a fixed-size model, or
+        a fixed-size export of a keep-ratio one), else None (each image its own size).
+    transform : callable
+        The validation transform: ``(image, label) -> (data, label, original [h, w])``.
     batch_range : (int, int or None)
         Smallest and largest batch the runner takes.
     """
 
-    def __init__(self, runner, classes, data_shape, backend, mean=T.IMAGENET_MEAN,
-                 std=T.IMAGENET_STD):
+    def __init__(self, runner, classes, preprocessing, backend='mxnet'):
         self.runner = runner
         self.classes = tuple(classes)
-        self.data_shape = _pair(data_shape)
         self.backend = backend
-        height, width = self.data_shape
-        input_shape = getattr(runner, 'input_shape', None)
-        if input_shape is not None and tuple(input_shape) != (3, height, width):
-            raise ValueError('the %s model takes inputs of %s, not 3 x %d x %d: its data_shape is '
-                             'fixed' % (backend, ' x '.join(map(str, input_shape)), height, width))
+        if not isinstance(preprocessing, dict):
+            preprocessing = fixed_size(_pair(preprocessing))
+        self.preprocessing = preprocessing
+        fixed = _fixed_input(runner)
+        if preprocessing['resize'] == 'fixed':
+            shape = tuple(preprocessing['data_shape'])
+            if fixed is not None and fixed != shape:
+                raise ValueError('the %s model takes inputs of 3 x %d x %d, not 3 x %d x %d: its '
+                                 'data_shape is fixed' % ((backend,) + fixed + shape))
+            fixed = shape
+        self.data_shape = fixed
         self.batch_range = tuple(runner.batch_range)
-        self.transform = SSDValTransform(width, height, mean, std)
+        self.transform = val_transform(preprocessing, fit=fixed)
 
     def __repr__(self):
-        return '%s(%s, %d classes, data_shape %dx%d, batches %s)' % (
-            type(self).__name__, self.backend, len(self.classes), self.data_shape[0],
-            self.data_shape[1], self._batches_text())
+        spec = self.preprocessing
+        size = ('data_shape %dx%d' % self.data_shape if self.data_shape else
+                'short %d, max size %s, multiple %d' % (spec['short'], spec['max_size'],
+                                                        spec['multiple']))
+        return '%s(%s, %d classes, %s, batches %s)' % (
+            type(self).__name__, self.backend, len(self.classes), size, self._batches_text())
 
     def _batches_text(self):
         low, high = self.batch_range
@@ -446,15 +498,47 @@ class Predictor:
         return Predictions(self, list(inputs), self.batch_size(batch_size), progress)
 
     def _run(self, images):
-        """Detections of at most a batch of images (padded up to the smallest batch)."""
-        samples = [self.transform(image, empty_label()) for image in images]
-        height, width = self.data_shape
-        count = len(samples)
-        batch = np.zeros((max(count, self.batch_range[0]), 3, height, width), np.float32)
+        """Detections of at most a batch of decoded images."""
+        return self.detect_samples([self.transform(image, empty_label()) for image in images])
+
+    def detect_samples(self, samples):
+        """Detections of at most a batch of images already through :attr:`transform`.
+
+        Images are run padded to their own input size (:func:`~gluondet.data.preprocess.
+        padded_shape`), those of one size together: padding changes a network's features
+        (all of them, through an FPN's top-down path), so an image's detections must not
+        depend on the other images of its batch.
+
+        Parameters
+        ----------
+        samples : list of tuple
+            ``(data, label, original [h, w])`` as :attr:`transform` returns them.
+
+        Returns
+        -------
+        list of :class:`Detections`
+            One per sample, in original image pixels.
+        """
+        groups = collections.OrderedDict()
         for i, (data, _, _) in enumerate(samples):
-            batch[i] = data
+            shape = padded_shape(self.preprocessing, data.shape[1:], self.data_shape)
+            groups.setdefault(shape, []).append(i)
+        detections = [None] * len(samples)
+        for shape, indices in groups.items():
+            found = self._run_padded([samples[i] for i in indices], shape)
+            for i, item in zip(indices, found):
+                detections[i] = item
+        return detections
+
+    def _run_padded(self, samples, shape):
+        """Detections of samples padded to one ``(height, width)``, in one runner call."""
+        count = len(samples)
+        batch = np.zeros((max(count, self.batch_range[0]), 3) + shape, np.float32)
+        for i, (data, _, _) in enumerate(samples):
+            batch[i, :, :data.shape[1], :data.shape[2]] = data
         ids, scores, boxes = (np.asarray(o)[:count] for o in self.runner(batch))
-        boxes = rescale_boxes(boxes, np.stack([s[2] for s in samples]), (width, height))
+        boxes = rescale_boxes(boxes, np.stack([s[2] for s in samples]),
+                              np.array([s[0].shape[1:] for s in samples], np.float32))
         detections = []
         for i in range(count):
             keep = ids[i, :, 0] >= 0
@@ -479,9 +563,11 @@ class Predictor:
         params, pretrained
             Weights for a zoo name (see :func:`load_network`).
         data_shape : int or (int, int), optional
-            Input ``(height, width)``; needed where the source does not record
-            it. A Gluon network or symbol can run at another size; an ONNX model
-            or engine cannot.
+            Input ``(height, width)`` of a fixed-size model (SSD); needed where the
+            source does not record it. A Gluon network or symbol can run at another
+            size; an ONNX model or engine cannot. A keep-ratio model (Faster R-CNN)
+            takes each image at its own size and refuses it, unless it equals the
+            fixed input of an ONNX model or engine.
         classes : sequence of str, optional
             Needed where the source does not record them; else checked.
         ctx : Context, optional
@@ -508,18 +594,17 @@ class Predictor:
         classes = None if classes is None else tuple(classes)
         shape = None if data_shape is None else _pair(data_shape)
         if isinstance(model, gluon.Block):
-            base = getattr(model, 'base_size', None)
-            shape = shape or _agree(None if base is None else _pair(base), None, 'data_shape',
-                                    name)
             classes = _agree(getattr(model, 'classes', None), classes, 'classes', name)
-            return cls(MXNetRunner(model, ctx), classes, shape, 'mxnet')
+            spec = _sized(preprocessing_of(model, shape), shape, name)
+            return cls(MXNetRunner(model, ctx), classes, spec, 'mxnet')
         if kind == 'zoo':
             if os.sep in model and not model.lower().endswith('.params'):
                 raise FileNotFoundError('no model at %s: expected a .params, .onnx or engine '
                                         'file, or a symbol prefix (%s-symbol.json)'
                                         % (model, model))
             net, info = load_network(model, params, pretrained, classes, shape, ctx)
-            return cls(MXNetRunner(net, ctx), info['classes'], info['data_shape'], 'mxnet')
+            spec = _sized(info['preprocessing'], shape, model)
+            return cls(MXNetRunner(net, ctx), info['classes'], spec, 'mxnet')
         if params is not None or pretrained:
             raise ValueError('params and pretrained go with a model zoo name, not with %s (%s)'
                              % (_WHAT[kind], model))
@@ -533,21 +618,34 @@ class Predictor:
                 raise ValueError('%s is not described by %s (gluondet export writes it): give '
                                  'classes and data_shape' % (model, path))
             runner = _symbol_runner(model, ctx) if kind == 'symbol' else TensorRTRunner(model)
-        known = meta.get('data_shape')
-        known = None if known is None else _pair(known)
-        if kind == 'symbol':    # a symbol runs at any input size, like the network
-            shape = shape or _agree(known, None, 'data_shape', model)
-        else:
-            fixed = getattr(runner, 'input_shape', None)
-            known = tuple(fixed[1:]) if fixed else known
-            if known is not None and shape not in (None, known):
-                raise ValueError('%s takes inputs of %d x %d (fixed at export), not %d x %d'
-                                 % ((model,) + known + shape))
-            shape = _agree(known, shape, 'data_shape', model)
+        spec = preprocessing_from_metadata(meta, model)
+        fixed = None if kind == 'symbol' else _fixed_input(runner)
+        if fixed is not None and shape not in (None, fixed):
+            raise ValueError('%s takes inputs of %d x %d (fixed at export), not %d x %d'
+                             % ((model,) + fixed + shape))
+        if spec is None or spec['resize'] == 'fixed':
+            known = None if spec is None else tuple(spec['data_shape'])
+            if kind == 'symbol':    # a symbol runs at any input size, like the network
+                size = shape or _agree(known, None, 'data_shape', model)
+            else:
+                size = _agree(fixed or known, shape, 'data_shape', model)
+            spec = fixed_size(size, *((spec['mean'], spec['std']) if spec else ()))
+        elif fixed is None:
+            spec = _sized(spec, shape, model)
         classes = _agree(tuple(meta['classes']) if 'classes' in meta else None, classes,
                          'classes', model)
-        return cls(runner, classes, shape, needed, meta.get('mean', T.IMAGENET_MEAN),
-                   meta.get('std', T.IMAGENET_STD))
+        return cls(runner, classes, spec, needed)
+
+
+def _sized(spec, shape, source):
+    """``spec`` with a caller's ``data_shape``: a fixed size takes it, keep-ratio refuses it."""
+    if shape is None:
+        return spec
+    if spec['resize'] == 'fixed':
+        return fixed_size(shape, spec['mean'], spec['std'])
+    raise ValueError('%s resizes each image keeping its aspect ratio (short side %d, max size '
+                     '%s): data_shape is for fixed-size models and exports'
+                     % (source, spec['short'], spec['max_size']))
 
 
 class Predictions:

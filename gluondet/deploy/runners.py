@@ -11,6 +11,7 @@ import os
 import warnings
 
 import mxnet as mx
+import numpy as np
 from mxnet import autograd, gluon
 
 from .tensorrt import OUTPUT_NAMES
@@ -34,20 +35,28 @@ class MXNetRunner:
     ----------
     block : HybridBlock
         Takes ``data`` and returns ``(ids, scores, boxes)`` in inference mode.
-    ctx : Context, optional
-        Where the batch goes (default: where the block's parameters are).
+    ctx : Context or list of Context, optional
+        Where the batch goes (default: where the block's parameters are). With
+        several (the training's contexts), each batch is split over them as
+        training splits its batches, and the outputs are joined in order.
     """
 
     batch_range = (1, None)
 
     def __init__(self, block, ctx=None):
         self.block = block
-        self.ctx = ctx or _block_context(block)
+        ctx = ctx or _block_context(block)
+        self.ctx_list = list(ctx) if isinstance(ctx, (list, tuple)) else [ctx]
+        self.ctx = self.ctx_list[0]
 
     def __call__(self, batch):
         with autograd.predict_mode():
-            outputs = self.block(mx.nd.array(batch, ctx=self.ctx))
-        return tuple(o.asnumpy() for o in outputs)
+            if len(self.ctx_list) == 1:
+                outputs = self.block(mx.nd.array(batch, ctx=self.ctx))
+                return tuple(o.asnumpy() for o in outputs)
+            parts = gluon.utils.split_and_load(batch, self.ctx_list, even_split=False)
+            outputs = [self.block(part) for part in parts]
+        return tuple(np.concatenate([o[k].asnumpy() for o in outputs]) for k in range(3))
 
 
 class ONNXRuntimeRunner:

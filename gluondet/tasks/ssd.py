@@ -8,11 +8,17 @@ from mxnet.gluon.data import DataLoader
 
 from ..data import transforms as T
 from ..data.batchify import Pad, Stack, Tuple
+from ..data.preprocess import SSDValTransform, fixed_size
+from ..deploy.predictor import Predictor
+from ..deploy.runners import MXNetRunner
 from ..engine import split_batch
 from ..losses import SSDMultiBoxLoss
-from ..metrics import VOC07MApMetric
+from ..metrics.evaluation import evaluate_voc07
 from ..model_zoo import get_model
 from ..nn import SSDTargetGenerator
+
+__all__ = ['SSDTask', 'SSDTrainTransform', 'SSDValTransform', 'anchor_steps', 'detect_batches',
+           'feature_sizes']
 
 
 class SSDTrainTransform:
@@ -48,27 +54,6 @@ class SSDTrainTransform:
         return T.normalize(img, self.mean, self.std), label
 
 
-class SSDValTransform:
-    """Resize to ``width x height`` and normalize; the label stays in original pixels.
-
-    Returns
-    -------
-    image : float32 ``3 x height x width``
-    label : float32 ``N x 6`` in the original image's pixels
-    size : float32 ``[original_height, original_width]``
-    """
-
-    def __init__(self, width, height, mean=T.IMAGENET_MEAN, std=T.IMAGENET_STD):
-        self.size = (width, height)
-        self.mean, self.std = mean, std
-
-    def __call__(self, image, label):
-        h, w = image.shape[:2]
-        img, _ = T.resize(image, None, self.size, interp=T.INTERP_AUTO)
-        return (T.normalize(img, self.mean, self.std), np.asarray(label, np.float32),
-                np.array([h, w], np.float32))
-
-
 def feature_sizes(net, width, height):
     """``(height, width)`` of each feature map SSD predicts from, for this input size."""
     outputs = net.features(mx.sym.var('data'))
@@ -101,7 +86,8 @@ def detect_batches(net, loader, ctx_list, input_size):
     """Yield ``(ids, scores, boxes, labels)`` per context part, boxes in original pixels.
 
     ``loader`` yields ``(images, labels, sizes)`` as `SSDValTransform` makes them;
-    ``input_size`` is the network input ``(width, height)``.
+    ``input_size`` is the network input ``(width, height)``. Validation does not
+    use it (it goes through :meth:`SSDTask.predictor`); it draws the demo's preview.
     """
     width, height = input_size
     for batch in loader:
@@ -196,18 +182,19 @@ class SSDTask:
         return {'loss_cls': cls_losses, 'loss_box': box_losses}
 
     def val_loader(self):
+        """Batches ``(images, labels, sizes)`` of the val data for `detect_batches`."""
         dataset = self._val.transform(SSDValTransform(self.width, self.height))
         return DataLoader(dataset, self.val_batch_size, shuffle=False, last_batch='keep',
                           batchify_fn=Tuple(Stack(), Pad(pad_val=-1), Stack()),
                           num_workers=self.num_workers)
 
+    def predictor(self, net, ctx_list):
+        """The net being trained as a :class:`~gluondet.deploy.Predictor`: the fixed-size
+        preprocessing it trains at, batches of ``val_batch_size`` split over ``ctx_list``."""
+        return Predictor(MXNetRunner(net, ctx_list), self.classes,
+                         fixed_size((self.height, self.width)))
+
     def validate(self, net, ctx_list):
-        metric = VOC07MApMetric(iou_thresh=0.5, class_names=self.classes)
-        for ids, scores, boxes, labels in detect_batches(net, self.val_loader(), ctx_list,
-                                                         (self.width, self.height)):
-            metric.update(boxes, ids, scores, labels[:, :, :4], labels[:, :, 4:5],
-                          labels[:, :, 5:6])
-        names, values = metric.get()
-        result = {'AP/' + name: float(value) for name, value in zip(names[:-1], values[:-1])}
-        result['mAP'] = float(values[-1])
-        return result
+        """VOC07 mAP on the val dataset, by the evaluation ``gluondet evaluate`` runs."""
+        return evaluate_voc07(self.predictor(net, ctx_list), self._val, self.val_batch_size,
+                              num_workers=self.num_workers)
