@@ -2,10 +2,12 @@
 refusals, network names, a CPU run end to end; mixup in the task; exact resume after kill -9."""
 import argparse
 import ast
+import logging
 import os
 import signal
 import subprocess
 import sys
+import types
 
 import mxnet as mx
 import numpy as np
@@ -190,6 +192,21 @@ def test_notices_for_fallbacks_and_flags_the_engine_does_not_need():
     assert lines[2].startswith('--static-alloc: ignored, the engine always hybridizes')
     assert lines[3].startswith("--kv-store local: ignored, one process sums")
     assert len(lines) == 4
+
+
+def test_the_log_gets_the_lines_and_with_verbose_the_trainable_parameters(caplog):
+    net = mx.gluon.nn.HybridSequential()
+    net.add(mx.gluon.nn.Dense(2, in_units=3), mx.gluon.nn.Dense(1, in_units=2))
+    net.initialize()
+    frozen = next(iter(net.collect_params().values()))
+    frozen.grad_req = 'null'
+    hook = cli.StartupLog(['a notice', ''], trainable=True)
+    hook.loop = types.SimpleNamespace(net=net)
+    with caplog.at_level(logging.INFO, logger='gluondet'):
+        hook.before_train()
+    assert caplog.messages[0] == 'a notice'
+    assert caplog.messages[1].startswith('Trainable parameters (3): ')
+    assert frozen.name not in caplog.messages[1] and len(caplog.messages) == 2
 
 
 def _run(*argv, **kwargs):

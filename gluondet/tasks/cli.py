@@ -233,6 +233,12 @@ def print_final(result):
         print('final: %s' % ', '.join('%s=%.4f' % kv for kv in result.metrics.items()))
 
 
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Defaults in the help, but not None: the help says what an unset flag means."""
+
+    def _get_help_string(self, action):
+        return action.help if action.default is None else super()._get_help_string(action)
+
+
 def parser(description):
-    return argparse.ArgumentParser(description=description,
-                                   formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    return argparse.ArgumentParser(description=description, formatter_class=_HelpFormatter)
