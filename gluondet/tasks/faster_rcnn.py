@@ -3,14 +3,16 @@ import warnings
 
 import mxnet as mx
 from mxnet import autograd
-from mxnet.gluon.data import DataLoader
 
-from ..data.batchify import Pad, PadImages, Stack, Tuple
+from ..data.batchify import Pad, PadImages, Tuple
 from ..data.mixup import MixupDetection
-from ..data.rcnn_transforms import RCNNTrainTransform, RCNNValTransform
-from ..engine import GroupedBatchSampler, split_batch
+from ..data.preprocess import preprocessing_of
+from ..data.rcnn_transforms import RCNNTrainTransform
+from ..deploy.predictor import Predictor
+from ..deploy.runners import MXNetRunner
+from ..engine import GroupedBatchSampler
 from ..losses import RCNNLoss
-from ..metrics import VOC07MApMetric
+from ..metrics.evaluation import evaluate_voc07
 from ..model_zoo import get_model
 from ..nn import RPNTargetGenerator
 
@@ -117,29 +119,17 @@ class FasterRCNNTask:
         return {name: [value if w is None else value * w for value, w in zip(values, weights)]
                 for name, values in self.loss(*outputs).items()}
 
-    def val_loader(self):
-        short = self.short if isinstance(self.short, int) else self.short[0]
-        dataset = self._val.transform(RCNNValTransform(short, self.max_size))
-        return DataLoader(dataset, self.val_batch_size, shuffle=False, last_batch='keep',
-                          batchify_fn=Tuple(PadImages(self.multiple), Pad(pad_val=-1), Stack()),
-                          num_workers=self.num_workers)
+    def predictor(self, net, ctx_list):
+        """The net being trained as a :class:`~gluondet.deploy.Predictor`: each image resized
+        keeping its ratio to the sizes it trains at (the low end of a multi-scale ``short``)
+        and padded to the net's multiple, batches of ``val_batch_size`` split over ``ctx_list``."""
+        return Predictor(MXNetRunner(net, ctx_list), self.classes,
+                         preprocessing_of(net, short=self.short, max_size=self.max_size))
 
     def validate(self, net, ctx_list):
-        metric = VOC07MApMetric(iou_thresh=0.5, class_names=self.classes)
-        for batch in self.val_loader():
-            for images, sizes, labels, original in split_batch(batch, ctx_list):
-                ids, scores, boxes = net(images)
-                ratio = original / sizes                                  # B x 2 (h, w)
-                scale = mx.nd.stack(ratio[:, 1], ratio[:, 0], ratio[:, 1], ratio[:, 0], axis=1)
-                valid = mx.nd.broadcast_like(ids >= 0, boxes)
-                boxes = mx.nd.where(valid, mx.nd.broadcast_mul(boxes, scale.expand_dims(1)),
-                                    boxes)
-                metric.update(boxes, ids, scores, labels[:, :, :4], labels[:, :, 4:5],
-                              labels[:, :, 5:6])
-        names, values = metric.get()
-        result = {'AP/' + name: float(value) for name, value in zip(names[:-1], values[:-1])}
-        result['mAP'] = float(values[-1])
-        return result
+        """VOC07 mAP on the val dataset, by the evaluation ``gluondet evaluate`` runs."""
+        return evaluate_voc07(self.predictor(net, ctx_list), self._val, self.val_batch_size,
+                              num_workers=self.num_workers)
 
 
 def _mix_weights(labels):

@@ -1,0 +1,146 @@
+"""Faster R-CNN on the one evaluation path: the training's validation, ``gluondet evaluate`` of
+its output and of its exported symbol, and ``gluondet infer``, all through the Predictor.
+
+A short run of ``faster_rcnn_fpn_resnet18_v1b_custom`` on 128 px demo images; the val
+images are demo images resized to four shapes (a LabelImg folder), so each is resized by
+its own factor and a batch is padded.
+"""
+import json
+import math
+import os
+
+import cv2
+import numpy as np
+import pytest
+
+from gluondet.cli import main
+from gluondet.data import DemoDetection, resolve_dataset
+from gluondet.data import transforms as T
+from gluondet.data.base import read_image
+from gluondet.data.preprocess import keep_ratio
+from gluondet.deploy import compare_detections
+from gluondet.deploy.infer import evaluate_model, export_model
+from gluondet.deploy.predictor import Predictor
+from gluondet.engine import TrainConfig, fit
+from gluondet.metrics import evaluation
+from gluondet.tasks import FasterRCNNTask
+
+NETWORK = 'faster_rcnn_fpn_resnet18_v1b_custom'
+VAL_SHAPES = [(128, 128), (96, 128), (128, 80), (112, 144)]   # (height, width) of val images
+SHORT, MAX_SIZE = 128, 160
+
+
+def write_labelimg(folder, dataset, shapes):
+    """``dataset``'s images resized to ``shapes`` in turn, as JPEGs with a VOC xml beside."""
+    os.makedirs(folder, exist_ok=True)
+    for i in range(len(dataset)):
+        image, label = dataset[i]
+        height, width = shapes[i % len(shapes)]
+        image, label = T.resize(image, label, (width, height))
+        stem = os.path.join(folder, 'val%03d' % i)
+        cv2.imwrite(stem + '.jpg', cv2.cvtColor(image, cv2.COLOR_RGB2BGR))
+        objects = ''.join(
+            '<object><name>%s</name><difficult>0</difficult><bndbox><xmin>%d</xmin><ymin>%d'
+            '</ymin><xmax>%d</xmax><ymax>%d</ymax></bndbox></object>'
+            % ((dataset.classes[int(row[4])],) + tuple(int(round(v)) + 1 for v in row[:4]))
+            for row in label)
+        with open(stem + '.xml', 'w') as f:
+            f.write('<annotation><filename>val%03d.jpg</filename><size><width>%d</width>'
+                    '<height>%d</height><depth>3</depth></size>%s</annotation>'
+                    % (i, width, height, objects))
+
+
+@pytest.fixture(scope='module')
+def trained(tmp_path_factory):
+    """``(fit result, task, best params, LabelImg root)`` of a short training run."""
+    folder = tmp_path_factory.mktemp('frcnn_evaluation')
+    demo = str(folder / 'demo')
+    train = DemoDetection('train', num_images=8, image_size=128, seed=0, root=demo)
+    root = str(folder / 'labelimg')
+    write_labelimg(os.path.join(root, 'val'),
+                   DemoDetection('val', num_images=4, image_size=128, seed=0, root=demo),
+                   VAL_SHAPES)
+    val = resolve_dataset('voc', root, 'val', train.classes)
+    task = FasterRCNNTask(NETWORK, train, val, short=SHORT, max_size=MAX_SIZE,
+                          pretrained_base=False)
+    prefix = str(folder / 'frcnn')
+    config = TrainConfig(batch_size=2, num_workers=0, epochs=2, lr=0.02, lr_decay_epoch=(),
+                         save_prefix=prefix, save_interval=0, val_interval=2, log_interval=10,
+                         seed=7, gpus='')
+    return fit(task, config), task, prefix + '_best.params', root
+
+
+def _same(a, b):
+    return a.keys() == b.keys() and all(a[k] == b[k] or math.isnan(a[k]) and math.isnan(b[k])
+                                        for k in a)
+
+
+def _images(root):
+    return sorted(os.path.join(root, 'val', name) for name in os.listdir(os.path.join(root, 'val'))
+                  if name.endswith('.jpg'))
+
+
+def test_validation_equals_gluondet_evaluate_of_the_training_output(trained, monkeypatch,
+                                                                      capsys):
+    result, task, params, root = trained
+    with open(os.path.splitext(params)[0] + '.json') as f:
+        meta = json.load(f)['meta']
+    assert meta['task'] == 'faster_rcnn' and (meta['short'], meta['max_size']) == (SHORT, MAX_SIZE)
+    calls = []
+    real = evaluation.evaluate
+    monkeypatch.setattr(evaluation, 'evaluate', lambda predictor, *args, **kwargs: (
+        calls.append(predictor), real(predictor, *args, **kwargs))[1])
+    assert main(['evaluate', '--model', params, '--dataset', 'voc', '--dataset-root', root,
+                 '--split', 'val']) == 0
+    assert 'on 4 images: %.4f' % result.metrics['mAP'] in capsys.readouterr().out
+    assert _same(evaluate_model(params, 'voc', root, 'val', progress=False), result.metrics)
+    assert _same(task.validate(result.net, [__import__('mxnet').cpu()]), result.metrics)
+    assert [p.preprocessing for p in calls] == [keep_ratio(SHORT, MAX_SIZE, 32)] * 3
+    # the model detects: every val image gets boxes, in its own pixels
+    found = Predictor.from_model(params).predict(_images(root))
+    for item in found:
+        assert len(item.detections.ids) > 0
+        height, width = item.image.shape[:2]
+        assert item.detections.boxes[:, 2].max() <= width * 1.5
+        assert item.detections.boxes[:, 3].max() <= height * 1.5
+
+
+def test_exported_symbol_gives_the_validation(trained, tmp_path):
+    result, task, params, root = trained
+    prefix = str(tmp_path / 'frcnn')
+    export_model(params, prefix, 'symbol')
+    with open(prefix + '-meta.json') as f:
+        meta = json.load(f)
+    assert meta['preprocessing'] == keep_ratio(SHORT, MAX_SIZE, 32)
+    assert meta['data_shape'] == [128, 160]     # traced at short x max size
+    symbol = Predictor.from_model(prefix)
+    assert symbol.preprocessing == keep_ratio(SHORT, MAX_SIZE, 32) and symbol.data_shape is None
+    assert _same(evaluate_model(prefix, 'voc', root, 'val', progress=False), result.metrics)
+    arrays = [read_image(path).asnumpy() for path in _images(root)]
+    expected = task.predictor(result.net, [__import__('mxnet').cpu()]).detect(arrays)
+    for batch_size in (1, 3):   # each image at its own padded size, whatever its batch
+        got = symbol.detect(arrays, batch_size=batch_size)
+        comparison = compare_detections(expected, got)
+        assert comparison.ok and comparison.compared >= len(arrays), str(comparison)
+    alone = task.predictor(result.net, [__import__('mxnet').cpu()]).detect(arrays, batch_size=1)
+    for a, b in zip(alone, expected):
+        np.testing.assert_array_equal(a.boxes, b.boxes)
+
+
+def test_infer_and_the_model_sources_of_a_faster_rcnn(trained, tmp_path, capsys):
+    result, task, params, root = trained
+    output = str(tmp_path / 'detections.json')
+    assert main(['infer', '--model', NETWORK, '--params', params, '--images',
+                 os.path.join(root, 'val'), '--output', output]) == 0
+    with open(output) as f:
+        rows = json.load(f)
+    paths = _images(root)
+    expected = Predictor.from_model(params).detect([read_image(p).asnumpy() for p in paths])
+    assert len(rows) == sum(len(d.ids) for d in expected) > 0
+    assert {row['image_id'] for row in rows} <= set(range(1, len(paths) + 1))
+    with pytest.raises(ValueError, match='keeping its aspect ratio .*data_shape is for '
+                                         'fixed-size models'):
+        Predictor.from_model(params, data_shape=128)
+    assert main(['evaluate', '--model', params, '--data-shape', '128', '--dataset', 'voc',
+                 '--dataset-root', root, '--split', 'val']) == 1
+    assert 'keeping its aspect ratio' in capsys.readouterr().err
