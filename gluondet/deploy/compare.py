@@ -1,13 +1,15 @@
 """Pair the detections of two runs of a detector (Gluon, ONNX, ...) and report the worst gaps,
-and give an SSD random weights that detect, to check an export without trained weights."""
+and give a detector random weights that detect, to check an export without trained weights."""
 from collections import namedtuple
 
 import mxnet as mx
 import numpy as np
-from mxnet import gluon
+from mxnet import autograd, gluon
 from mxnet.gluon import nn
 
-from .symbol import ssd_body
+from ..model_zoo.faster_rcnn import FasterRCNN
+from ..nn.roi import roi_rows
+from .symbol import rcnn_box_features, ssd_body
 
 __all__ = ['DetectionComparison', 'compare_detections', 'detecting_random_weights']
 
@@ -112,7 +114,7 @@ def compare_detections(a, b, min_score=0.05, score_tol=1e-4, box_tol=1e-2):
 
 
 def detecting_random_weights(net, x, seed=0, class_std=2.0, max_gap=6.0):
-    """Initialize an SSD with random weights that give many overlapping detections on ``x``.
+    """Initialize a detector with random weights that give many overlapping detections on ``x``.
 
     Random weights alone give degenerate features and a handful of huge boxes, which
     compare nothing. Here each BatchNorm's statistics become the mean square of its
@@ -126,9 +128,14 @@ def detecting_random_weights(net, x, seed=0, class_std=2.0, max_gap=6.0):
     ulps by which two runtimes' softmax roundings differ, and the two can then order
     them, hence resolve their overlap in NMS, differently.
 
+    A Faster R-CNN's RPN is scaled first, to objectness logits of std ``class_std``
+    (at most ``max_gap`` / 2 from 0, for the same reason: many proposals of similar
+    scores overlap) and offsets of std 0.25 (at most 1: proposals near their anchors);
+    then its class and box predictors as above, measured on the regions it proposes.
+
     Parameters
     ----------
-    net : :class:`gluondet.model_zoo.ssd.SSD`
+    net : :class:`~gluondet.model_zoo.ssd.SSD` or :class:`~gluondet.model_zoo.faster_rcnn.FasterRCNN`
         Not initialized yet; not hybridized.
     x : NDArray
         A normalized input batch at the network's data shape.
@@ -154,6 +161,9 @@ def detecting_random_weights(net, x, seed=0, class_std=2.0, max_gap=6.0):
     for hook in hooks:
         hook.detach()
 
+    if isinstance(net, FasterRCNN):
+        _rcnn_detecting(net, x, class_std, max_gap)
+        return
     symbol, _, _ = ssd_body(net, x.shape[2:])
     cls_preds, box_preds = (o.asnumpy() for o in gluon.SymbolBlock(
         symbol, mx.sym.var('data', dtype='float32'), params=net.collect_params())(x))
@@ -165,3 +175,50 @@ def detecting_random_weights(net, x, seed=0, class_std=2.0, max_gap=6.0):
         for conv in predictors:
             conv.weight.set_data(conv.weight.data() * float(factor))
             conv.bias.set_data(conv.bias.data() * float(factor))
+
+
+def _fit(layer, outputs, std, largest=None, gap=None):
+    """Rescale a dense or convolution layer: its ``outputs`` (``samples x units``) become
+    ``factor * (outputs - their mean per unit)``, of standard deviation ``std``, or less
+    to keep every value within ``largest`` of 0 and the two largest of a sample within
+    ``gap``."""
+    mean = outputs.mean(axis=0)
+    centered = outputs - mean
+    factor = std / centered.std()
+    if largest is not None:
+        factor = min(factor, largest / np.abs(centered).max())
+    if gap is not None:
+        top2 = np.sort(centered, axis=-1)[:, -2:]
+        factor = min(factor, gap / (top2[:, 1] - top2[:, 0]).max())
+    layer.weight.set_data(layer.weight.data() * float(factor))
+    layer.bias.set_data((layer.bias.data() - mx.nd.array(mean, ctx=layer.bias.data().context))
+                        * float(factor))
+
+
+def _rcnn_detecting(net, x, class_std, max_gap):
+    """The Faster R-CNN part of :func:`detecting_random_weights`.
+
+    Random regions look alike, so their logits differ mostly by class: every output of
+    the RPN's and the R-CNN's predictors is centred on its mean before scaling (the RPN
+    to objectness logits of std ``class_std``, at most ``max_gap / 2`` from 0, and
+    offsets of std 0.25, at most 1: proposals near their anchors; the class predictor
+    as SSD's, measured on the regions the RPN then proposes; box offsets of std 1, at
+    most 4).
+    """
+    head = net.rpn_head
+    num_anchors = net.anchor_generators[0].num_anchors
+    with autograd.predict_mode():
+        maps = net.features(x)
+        scores, offsets = (mx.nd.concat(*parts, dim=1).asnumpy()
+                           for parts in zip(*[head(feature) for feature in maps]))
+        _fit(head.score, scores.reshape(-1, num_anchors), class_std, max_gap / 2)
+        _fit(head.loc, offsets.reshape(-1, 4 * num_anchors), 0.25, 1)
+        scores, offsets = zip(*[head(feature) for feature in maps])
+        anchors = [generate(feature) for feature, generate in zip(maps, net.anchor_generators)]
+        _, proposals = net.proposal(x, *(anchors + list(scores) + list(offsets)))
+        pooled = net.roi_extractor(roi_rows(mx.nd, proposals),
+                                   *maps[:len(net.roi_extractor.strides)])
+        box_feat = rcnn_box_features(mx.nd, net, pooled)
+        _fit(net.class_predictor, net.class_predictor(box_feat).asnumpy(), class_std,
+             gap=max_gap)
+        _fit(net.box_predictor, net.box_predictor(box_feat).asnumpy(), 1, 4)

@@ -1,22 +1,30 @@
-"""ONNX export of SSD: the network body through mx2onnx, the post-processing in standard ops.
+"""ONNX export of detectors: the network body through mx2onnx, the rest in standard ops.
 
 The exported model takes ``data`` (``B x 3 x H x W`` float32, normalized as for the
 Gluon network) and returns ``ids``, ``scores`` (``B x K x 1``) and ``boxes``
 (``B x K x 4``, input pixels), the Gluon inference output. ``B`` is fixed to the
 ``batch_size`` of the export unless ``dynamic_batch``; ``H x W`` is always fixed
-(the anchors are constants of the graph). ONNX Runtime refuses any other input shape
-("Got invalid dimensions for input: data"): a caller with a static model must feed
-exactly ``batch_size`` images (the metadata key ``batch_size`` says which, null when
-dynamic).
+(anchors and image bounds are constants of the graph; a Faster R-CNN, which takes any
+size in Gluon, is exported for one size: feed it images resized keeping their aspect
+ratio and padded at the bottom and right to it, as a Gluon batch is padded). ONNX
+Runtime refuses any other input shape ("Got invalid dimensions for input: data"): a
+caller with a static model must feed exactly ``batch_size`` images (the metadata key
+``batch_size`` says which, null when dynamic).
 
-mx2onnx converts the body (features, predictors) at opset 13, with three corrections:
-MXNet's ``BatchNorm(fix_gamma=True)`` ignores ``gamma`` but mx2onnx keeps it;
-mx2onnx turns ``L2Normalization`` into ``LpNormalization``, which has no ``eps``
+The boundary: mx2onnx converts the convolutional and dense parts at opset 13 --
+SSD's features and predictors; Faster R-CNN's backbone (and FPN) with the RPN head,
+and separately its box head and predictors on the pooled regions -- with three
+corrections: MXNet's ``BatchNorm(fix_gamma=True)`` ignores ``gamma`` but mx2onnx keeps
+it; mx2onnx turns ``L2Normalization`` into ``LpNormalization``, which has no ``eps``
 (VGG's conv4_3 norm then differs where the channel norm is small); and it lists every
 weight as a graph input too, which keeps ONNX Runtime from folding constants (for
-example BatchNorm into the convolutions). It never sees the post-processing: MXNet's
-``box_nms`` is rebuilt in :mod:`gluondet.deploy.onnx_graph`.
+example BatchNorm into the convolutions). Everything else is written in
+:mod:`gluondet.deploy.onnx_graph`, where mx2onnx is wrong or has nothing: MXNet's
+``box_nms`` (mx2onnx's suppresses across classes and cuts ``topk`` after NMS instead of
+before), the RPN proposals, the per-level ROI assignment, ROI Align (ONNX's RoiAlign;
+mx2onnx's translation is the same node), class-specific decoding and the final top-k.
 """
+import inspect
 import json
 import re
 
@@ -27,12 +35,16 @@ from mxnet.onnx import get_operator_support
 from mxnet.onnx.mx2onnx._export_onnx import MXNetGraph
 from onnx import TensorProto, helper
 
-from .onnx_graph import GraphBuilder, add_ssd_postprocess
-from .symbol import input_shape, ssd_body
+from ..model_zoo.faster_rcnn import FasterRCNN
+from ..nn.roi import fpn_levels
+from .onnx_graph import (GraphBuilder, add_rcnn_postprocess, add_roi_align, add_rpn_proposals,
+                         add_ssd_postprocess)
+from .symbol import input_shape, rcnn_body, ssd_body
 
 __all__ = ['export_onnx', 'UnsupportedOperatorError', 'OPSET']
 
 OPSET = 13
+OUTPUTS = ('ids', 'scores', 'boxes')
 
 
 class UnsupportedOperatorError(ValueError):
@@ -41,13 +53,13 @@ class UnsupportedOperatorError(ValueError):
 
 def export_onnx(net, path, data_shape, batch_size=1, dynamic_batch=False, opset=OPSET,
                 metadata=None):
-    """Write an SSD as an ONNX model whose outputs equal the Gluon inference output.
+    """Write a detector as an ONNX model whose outputs equal the Gluon inference output.
 
     Parameters
     ----------
-    net : :class:`gluondet.model_zoo.ssd.SSD`
-        An initialized SSD; its :meth:`~gluondet.model_zoo.ssd.SSD.set_nms` settings
-        are exported (``0 < nms_thresh < 1`` and ``nms_topk > 0`` are required).
+    net : :class:`~gluondet.model_zoo.ssd.SSD` or :class:`~gluondet.model_zoo.faster_rcnn.FasterRCNN`
+        Initialized; its ``set_nms`` settings are exported (SSD: ``0 < nms_thresh < 1``
+        and ``nms_topk > 0`` are required; Faster R-CNN: ``nms_thresh >= 0``, ROI Align).
     path : str
         The ``.onnx`` file to write.
     data_shape : int or (int, int)
@@ -61,7 +73,10 @@ def export_onnx(net, path, data_shape, batch_size=1, dynamic_batch=False, opset=
     metadata : dict or None
         Extra ``{key: value}`` stored in the model's metadata, values JSON-encoded
         (for example the input ``mean`` and ``std``). The model always records
-        ``classes``, ``data_shape``, ``batch_size`` (null if dynamic) and ``nms``.
+        ``classes``, ``data_shape``, ``batch_size`` (null if dynamic) and ``nms``; a
+        Faster R-CNN also ``rpn`` (its proposal settings), ``short``, ``max_size`` and
+        ``fixed_input_size`` (true: only ``data_shape`` is taken, where the Gluon
+        network takes any size).
 
     Returns
     -------
@@ -76,30 +91,20 @@ def export_onnx(net, path, data_shape, batch_size=1, dynamic_batch=False, opset=
     if opset != OPSET:
         raise ValueError('export_onnx: only opset %d is supported, got %r' % (OPSET, opset))
     shape = input_shape(data_shape, batch_size)
-    symbol, params, anchors = ssd_body(net, data_shape)
-    graph = _convert_body(symbol, params, shape, dynamic_batch)
-
-    nms = net.postprocess
-    post = GraphBuilder('postprocess')
-    rows = add_ssd_postprocess(post, 'cls_preds', 'box_preds', anchors, net.num_classes,
-                               net.box_decoder.stds, nms.score_thresh, nms.nms_thresh,
-                               nms.nms_topk, nms.post_nms)
-    graph.node.extend(post.nodes)
-    graph.initializer.extend(post.initializers)
+    build = _rcnn_graph if isinstance(net, FasterRCNN) else _ssd_graph
+    graph, rows, props = build(net, shape, dynamic_batch)
     batch = 'batch' if dynamic_batch else shape[0]
     del graph.output[:]
     graph.output.extend(helper.make_tensor_value_info(name, TensorProto.FLOAT, [batch, rows, n])
-                        for name, n in (('ids', 1), ('scores', 1), ('boxes', 4)))
+                        for name, n in zip(OUTPUTS, (1, 1, 4)))
     for node in graph.node:  # unique names: ONNX Runtime's fusions fail on duplicates
         node.name = node.output[0]
     _canonical_names(graph, net)
 
     model = helper.make_model(graph, producer_name='gluondet',
                               opset_imports=[helper.make_opsetid('', OPSET)])
-    props = {'classes': list(net.classes), 'data_shape': list(shape[2:]),
-             'batch_size': None if dynamic_batch else shape[0],
-             'nms': {'score_thresh': nms.score_thresh, 'nms_thresh': nms.nms_thresh,
-                     'nms_topk': nms.nms_topk, 'post_nms': nms.post_nms}}
+    props = dict({'classes': list(net.classes), 'data_shape': list(shape[2:]),
+                  'batch_size': None if dynamic_batch else shape[0]}, **props)
     props.update(metadata or {})
     helper.set_model_props(model, {k: json.dumps(v) for k, v in props.items()})
     onnx.checker.check_model(model, full_check=True)
@@ -107,8 +112,103 @@ def export_onnx(net, path, data_shape, batch_size=1, dynamic_batch=False, opset=
     return model
 
 
-def _convert_body(symbol, params, shape, dynamic_batch):
-    """mx2onnx's graph of ``symbol`` at opset 13, corrected (see the module docstring)."""
+def _append(graph, builder):
+    graph.node.extend(builder.nodes)
+    graph.initializer.extend(builder.initializers)
+
+
+def _ssd_graph(net, shape, dynamic_batch):
+    """SSD: mx2onnx's body, then the post-processing."""
+    symbol, params, anchors = ssd_body(net, shape[2:])
+    graph = _convert_body(symbol, params, [('data', shape)], dynamic_batch)
+    nms = net.postprocess
+    post = GraphBuilder('postprocess')
+    rows = add_ssd_postprocess(post, 'cls_preds', 'box_preds', anchors, net.num_classes,
+                               net.box_decoder.stds, nms.score_thresh, nms.nms_thresh,
+                               nms.nms_topk, nms.post_nms, OUTPUTS)
+    _append(graph, post)
+    return graph, rows, {'nms': {'score_thresh': nms.score_thresh, 'nms_thresh': nms.nms_thresh,
+                                 'nms_topk': nms.nms_topk, 'post_nms': nms.post_nms}}
+
+
+def _rcnn_graph(net, shape, dynamic_batch):
+    """Faster R-CNN: mx2onnx's backbone + RPN head, the proposals and ROI Align, mx2onnx's
+    box head, then the detection post-processing."""
+    extractor = net.roi_extractor
+    if extractor.mode != 'align':
+        raise UnsupportedOperatorError("ONNX export: Faster R-CNN with roi_mode=%r is not "
+                                       "exported (only 'align')" % (extractor.mode,))
+    body = rcnn_body(net, shape[2:])
+    pre_nms, num_rois = net.proposal.counts(False)
+    graph = _convert_body(body.rpn, body.params, [('data', shape)], dynamic_batch)
+    regions = GraphBuilder('proposals')
+    proposal = net.proposal
+    add_rpn_proposals(regions, 'rpn_scores', 'rpn_offsets', body.anchors, shape[2:],
+                      proposal.nms_thresh, pre_nms, num_rois, proposal.min_size, proposal.clip)
+    num_maps = len(body.map_shapes)
+    add_roi_align(regions, 'proposals', ['roi_map%d' % i for i in range(num_maps)],
+                  extractor.size, extractor.strides, getattr(extractor, 'sample_ratio', 2),
+                  _fpn_level_bounds(extractor.min_level, extractor.min_level + num_maps - 1),
+                  extractor.min_level, 'pooled')
+    _append(graph, regions)
+    pooled = (shape[0] * num_rois,) + tuple(body.map_shapes[0][1:2]) + tuple(extractor.size)
+    head = _convert_body(body.head, body.params, [('pooled', pooled)], dynamic_batch,
+                         keep_inputs=False)
+    clash = {t.name for t in head.initializer} & {t.name for t in graph.initializer}
+    if clash:
+        raise AssertionError('ONNX export: the two mx2onnx graphs share names %s' % sorted(clash))
+    graph.node.extend(head.node)
+    graph.initializer.extend(head.initializer)
+
+    nms = net.postprocess
+    post = GraphBuilder('postprocess')
+    rows = add_rcnn_postprocess(
+        post, 'cls_preds', 'box_preds', 'proposals', num_rois, net.num_classes,
+        net.box_decoder.stds, net.box_decoder.clip, nms.score_thresh, nms.nms_thresh,
+        nms.nms_topk, nms.post_nms, nms.force_nms, getattr(nms, 'valid_thresh', 1e-4), OUTPUTS)
+    _append(graph, post)
+    props = {'nms': {'score_thresh': nms.score_thresh, 'nms_thresh': nms.nms_thresh,
+                     'nms_topk': nms.nms_topk, 'post_nms': nms.post_nms,
+                     'force_nms': nms.force_nms},
+             'rpn': {'nms_thresh': proposal.nms_thresh, 'pre_nms': pre_nms,
+                     'post_nms': num_rois, 'min_size': proposal.min_size},
+             'short': net.short, 'max_size': net.max_size, 'fixed_input_size': True}
+    return graph, rows, props
+
+
+def _fpn_level_bounds(min_level, max_level):
+    """For each level above ``min_level``, the least float32 ``v = sqrt(area) / 224 + eps``
+    that :func:`~gluondet.nn.roi.fpn_levels` puts at that level or above.
+
+    ``fpn_levels`` computes ``floor(4 + log2(v))`` with MXNet's ``log2``; comparing ``v``
+    with these bounds gives its levels exactly (a log in ONNX ops would not, near the
+    boundaries). Found by bisection over float32 values with MXNet itself.
+    """
+    if max_level == min_level:
+        return None
+    canonical_level = inspect.signature(fpn_levels).parameters['canonical_level'].default
+
+    def level_of(bits):
+        v = mx.nd.array(np.int32(bits).view(np.float32).reshape(1))
+        return float(mx.nd.floor(canonical_level + mx.nd.log2(v)).asscalar())
+
+    bounds = []
+    for level in range(min_level + 1, max_level + 1):
+        low, high = np.float32(0).view(np.int32), np.float32(1e6).view(np.int32)
+        while high - low > 1:      # positive floats are ordered as their bit patterns
+            mid = (int(low) + int(high)) // 2
+            low, high = (low, mid) if level_of(mid) >= level else (mid, high)
+        bounds.append(float(np.int32(high).view(np.float32)))
+    return bounds
+
+
+def _convert_body(symbol, params, inputs, dynamic_batch, keep_inputs=True):
+    """mx2onnx's graph of ``symbol`` at opset 13, corrected (see the module docstring).
+
+    ``inputs``: ``(name, shape)`` of the symbol's inputs, in the order they appear in it;
+    with ``dynamic_batch`` their first dimension is symbolic. The graph lists them as its
+    inputs if ``keep_inputs`` (else nodes added to it are to produce them).
+    """
     nodes = json.loads(symbol.tojson())['nodes']
     supported = set(get_operator_support(OPSET))
     missing = {}
@@ -131,19 +231,22 @@ def _convert_body(symbol, params, shape, dynamic_batch):
         elif node['op'] == 'L2Normalization':
             l2_eps[node['name']] = float(attrs.get('eps', 1e-10))
 
-    dynamic_shapes = [(None,) + tuple(shape[1:])] if dynamic_batch else None
+    shapes = [tuple(shape) for _, shape in inputs]
+    dynamic_shapes = [(None,) + shape[1:] for shape in shapes] if dynamic_batch else None
     try:
         graph = MXNetGraph().create_onnx_graph_proto(
-            symbol, params, [shape], [TensorProto.FLOAT], opset_version=OPSET,
+            symbol, params, shapes, [TensorProto.FLOAT] * len(shapes), opset_version=OPSET,
             dynamic=dynamic_batch, dynamic_input_shapes=dynamic_shapes)
     except (AttributeError, NotImplementedError) as err:
         raise UnsupportedOperatorError('ONNX export: mx2onnx failed on the network body: %s'
                                        % err) from err
-    inputs = [i for i in graph.input if i.name == 'data']
+    names = [name for name, _ in inputs]
+    kept = [i for i in graph.input if keep_inputs and i.name in names]
     del graph.input[:]
-    graph.input.extend(inputs)
+    graph.input.extend(kept)
     if dynamic_batch:
-        graph.input[0].type.tensor_type.shape.dim[0].dim_param = 'batch'
+        for value in graph.input:
+            value.type.tensor_type.shape.dim[0].dim_param = 'batch'
     _exact_l2_normalization(graph, l2_eps)
     return graph
 

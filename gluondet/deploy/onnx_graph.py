@@ -1,29 +1,33 @@
-"""SSD post-processing as standard ONNX (opset 13) nodes, equal to the Gluon inference output.
+"""Detector post-processing as standard ONNX (opset 13) nodes, equal to the Gluon inference output.
 
-Gluon (:class:`gluondet.nn.MultiClassNMS` over MXNet's ``box_nms``) does, per image:
-softmax; every (class, anchor) pair is a candidate; the ``nms_topk`` best candidates
-scoring above ``score_thresh`` (sorted by score, ties in candidate order: class-major,
-then anchor) go through a greedy NMS within each class (suppress when IoU > threshold,
-corner boxes, no +1); the survivors keep that order, the first ``post_nms`` are
-returned, padded with -1 rows. The graph below does the same steps:
+Every NMS of gluondet's detectors is MXNet's ``box_nms``. Per row of candidates it
+keeps those scoring above ``valid_thresh``, sorts them by score (a stable sort: ties
+in input order), runs a greedy NMS over the first ``topk`` (suppress when IoU >
+threshold, corner boxes, no +1; within a class unless forced) and returns the
+survivors in that order, then rows of -1. The graph does the same in three steps:
 
-1. ``TopK`` over the flattened ``B x (C * A)`` foreground probabilities gives the
-   candidates in that order (ONNX Runtime's TopK puts tied values in index order, as
-   ``box_nms``'s stable sort does); only their boxes are decoded, with ``box_decode``'s
-   operation order. One difference remains: when equal scores straddle the
-   ``nms_topk`` cut, MXNet's ``topk`` (not stable) picks any of them, the graph the
-   first ones. Exact ties come from uniform image areas; at the cut they need more than
-   ``nms_topk`` candidates above ``score_thresh``.
-2. ``NonMaxSuppression`` gets each candidate's rank (``k, k-1, ..., 1``) as its score
-   in its own class and 0 elsewhere: its per-class order is then the candidate order
-   whatever its tie handling, its ``score > 0`` filter drops the other classes, and its
-   IoU test is ``box_nms``'s.
-3. The kept ranks, scattered back and sorted by ``TopK``, give the output rows.
+1. ``TopK`` gives the candidates in that order (ONNX Runtime's TopK puts tied values
+   in index order, as the stable sort does); only they are decoded or gathered
+   further. One difference remains: when equal scores straddle a ``topk`` cut, MXNet's
+   ``topk`` (not stable) may pick any of them, the graph the first ones. Exact ties
+   come from uniform image areas; at the cut they need more than ``topk`` candidates.
+2. ``NonMaxSuppression`` (:func:`_nms`) gets each candidate's rank (``k, k-1, ...,
+   1``) as its score in its own class and 0 elsewhere: its per-class order is then the
+   candidate order whatever its tie handling, its ``score > 0`` filter drops invalid
+   candidates and other classes, and its IoU test is ``box_nms``'s.
+3. The kept ranks, scattered back and sorted by ``TopK``, give the output rows in order.
+
+On it: SSD's post-processing (:func:`add_ssd_postprocess`), and Faster R-CNN's region
+proposals (:func:`add_rpn_proposals`), ROI Align (:func:`add_roi_align`) and per-class
+detection (:func:`add_rcnn_postprocess`). Arithmetic follows MXNet's kernels operation by
+operation; ``box_decode``'s ``exp`` is computed in double as MXNet's is, so decoding the
+same offsets gives the same bits.
 """
 import numpy as np
 from onnx import TensorProto, helper, numpy_helper
 
-__all__ = ['GraphBuilder', 'add_ssd_postprocess']
+__all__ = ['GraphBuilder', 'add_ssd_postprocess', 'add_rpn_proposals', 'add_roi_align',
+           'add_rcnn_postprocess']
 
 
 class GraphBuilder:
@@ -61,23 +65,139 @@ class GraphBuilder:
         self.nodes.append(helper.make_node(op_type, inputs, outputs, name=name, **attrs))
         return outputs[0] if num_outputs == 1 else outputs
 
+    def ints(self, *values):
+        """An int64 vector constant (axes, shapes, slice bounds)."""
+        return self.const(list(values), np.int64)
 
-def _decode(g, deltas, anchors, stds):
-    """``box_decode(format='center', clip=-1)`` with MXNet's operation order."""
-    delta_xy, delta_wh = g.op('Split', [deltas, g.const([2, 2], np.int64)], 2, axis=2)
-    anchor_xy, anchor_wh = g.op('Split', [anchors, g.const([2, 2], np.int64)], 2, axis=2)
+    def scalar(self, value):
+        """A float32 scalar constant."""
+        return self.const(value, np.float32)
+
+
+# ---------------------------------------------------------------- arithmetic as MXNet's
+
+def _exp(g, x):
+    """``exp`` in double precision, rounded to float32: MXNet's ``box_decode`` calls the
+    double ``exp``, so this gives its bits (ONNX Runtime's float Exp differs in the last
+    bit for a few percent of inputs)."""
+    wide = g.op('Exp', [g.op('Cast', [x], to=TensorProto.DOUBLE)])
+    return g.op('Cast', [wide], to=TensorProto.FLOAT)
+
+
+def _sigmoid(g, x):
+    """MXNet's ``sigmoid``, ``1 / (1 + exp(-x))``. (MXNet's float ``expf`` is off by one
+    bit for ~0.06% of inputs, ONNX Runtime's Sigmoid op for most.)"""
+    one = g.scalar(1)
+    return g.op('Div', [one, g.op('Add', [one, _exp(g, g.op('Neg', [x]))])])
+
+
+def _decode(g, deltas, anchors, stds, clip=None, corner=False):
+    """``box_decode`` with MXNet's operation order; ``anchors`` broadcast against ``deltas``.
+
+    ``corner``: anchors are ``(xmin, ymin, xmax, ymax)`` (else center, width, height);
+    ``clip``: largest log-size offset after ``stds`` (None: no limit).
+    """
+    delta_xy, delta_wh = g.op('Split', [deltas, g.ints(2, 2)], 2, axis=-1)
+    anchor_xy, anchor_wh = g.op('Split', [anchors, g.ints(2, 2)], 2, axis=-1)
+    if corner:
+        anchor_wh = g.op('Sub', [anchor_wh, anchor_xy])
+        anchor_xy = g.op('Add', [anchor_xy, g.op('Mul', [anchor_wh, g.scalar(0.5)])])
     std_xy = g.const(stds[:2], np.float32)
     std_wh = g.const(stds[2:], np.float32)
     center = g.op('Add', [g.op('Mul', [g.op('Mul', [delta_xy, std_xy]), anchor_wh]),
                           anchor_xy])
-    size = g.op('Mul', [g.op('Exp', [g.op('Mul', [delta_wh, std_wh])]), anchor_wh])
-    half = g.op('Mul', [size, g.const(0.5, np.float32)])
-    return g.op('Concat', [g.op('Sub', [center, half]), g.op('Add', [center, half])], axis=2)
+    log_size = g.op('Mul', [delta_wh, std_wh])
+    if clip is not None and clip > 0:
+        log_size = g.op('Min', [log_size, g.scalar(clip)])
+    half = g.op('Mul', [g.op('Mul', [_exp(g, log_size), anchor_wh]), g.scalar(0.5)])
+    return g.op('Concat', [g.op('Sub', [center, half]), g.op('Add', [center, half])], axis=-1)
 
+
+# ---------------------------------------------------------------- box_nms
+
+def _nms(g, scores, boxes, k, nms_thresh, valid_thresh, class_id=None, num_classes=1):
+    """The suppression of ``box_nms`` over ``k`` candidates already in its order.
+
+    Parameters
+    ----------
+    scores : str
+        ``B x k`` scores, descending, ties in input order (what ``TopK`` gives).
+    boxes : str
+        ``B x k x 4`` corner boxes.
+    k : int
+    nms_thresh, valid_thresh : float
+        Suppress at IoU above ``nms_thresh``; only scores above ``valid_thresh`` count.
+    class_id, num_classes
+        ``B x k`` int64 class of each candidate, suppressing within classes only; None:
+        one class (class-agnostic, ``force_suppress``).
+
+    Returns
+    -------
+    str
+        ``B x k`` float: the rank of each kept candidate (``k`` the first ... 1 the
+        last), 0 for the others.
+    """
+    if not 0 <= nms_thresh:
+        raise ValueError('ONNX export needs nms_thresh >= 0, got %r' % (nms_thresh,))
+    rank = g.const(np.arange(k, 0, -1), np.float32)
+    zero = g.scalar(0)
+    valid = g.op('Greater', [scores, g.scalar(valid_thresh)])
+    if class_id is None:
+        nms_scores = g.op('Unsqueeze', [g.op('Where', [valid, rank, zero]), g.ints(1)])
+    else:
+        in_class = g.op('Equal', [g.op('Unsqueeze', [class_id, g.ints(1)]),
+                                  g.const(np.arange(num_classes).reshape(-1, 1), np.int64)])
+        in_class = g.op('And', [in_class, g.op('Unsqueeze', [valid, g.ints(1)])])
+        nms_scores = g.op('Where', [in_class, rank, zero])                  # B x C x k
+    # IoU > 1 never happens: a larger threshold suppresses nothing, as in box_nms
+    selected = g.op('NonMaxSuppression', [boxes, nms_scores, g.ints(k),
+                                          g.const([min(nms_thresh, 1.0)], np.float32),
+                                          g.const([0], np.float32)])          # N x 3
+    batch_and_position = g.op('Gather', [selected, g.ints(0, 2)], axis=1)
+    position = g.op('Gather', [selected, g.const(2, np.int64)], axis=1)
+    zeros = g.op('ConstantOfShape', [g.op('Shape', [scores])],
+                 value=numpy_helper.from_array(np.zeros(1, np.float32)))
+    return g.op('ScatterND', [zeros, batch_and_position,
+                              g.op('Gather', [rank, position], axis=0)])
+
+
+def _take(g, data, index):
+    """``data[b, index[b, j]]``: ``B x N x ...`` by ``B x K`` -> ``B x K x ...``."""
+    return g.op('GatherND', [data, g.op('Unsqueeze', [index, g.ints(2)])], batch_dims=1)
+
+
+def _column(g, values, dtype_cast=False):
+    """``B x K`` -> ``B x K x 1`` float (cast from int64 if ``dtype_cast``)."""
+    if dtype_cast:
+        values = g.op('Cast', [values], to=TensorProto.FLOAT)
+    return g.op('Unsqueeze', [values, g.ints(2)])
+
+
+def _rows(g, columns, order, is_kept, picked, num_rows, outputs):
+    """The output rows: the ``B x K x n`` ``columns`` concatenated, taken in ``order``
+    (None: as they are), -1 where not ``is_kept``, padded from ``picked`` (``K``) to
+    ``num_rows`` rows of -1; split into ``outputs`` (``ids``, ``scores``, ``boxes``, or one
+    name for the whole rows)."""
+    rows = g.op('Concat', columns, axis=2) if len(columns) > 1 else columns[0]
+    if order is not None:
+        rows = _take(g, rows, order)
+    rows = g.op('Where', [g.op('Unsqueeze', [is_kept, g.ints(2)]), rows, g.scalar(-1)])
+    if num_rows > picked:
+        rows = g.op('Pad', [rows, g.ints(0, 0, 0, 0, num_rows - picked, 0), g.scalar(-1)])
+    if len(outputs) == 1:
+        return g.op('Identity', [rows], outputs=list(outputs))
+    return g.op('Split', [rows, g.ints(1, 1, 4)], 3, outputs=list(outputs), axis=2)
+
+
+# ---------------------------------------------------------------- SSD
 
 def add_ssd_postprocess(g, cls_preds, box_preds, anchors, num_classes, stds, score_thresh,
                         nms_thresh, nms_topk, post_nms, outputs=('ids', 'scores', 'boxes')):
-    """Append the SSD inference post-processing to the graph of ``g``.
+    """Append the SSD inference post-processing (:class:`gluondet.nn.MultiClassNMS`).
+
+    Softmax; every (class, anchor) pair is a candidate, class-major; the ``nms_topk``
+    best scoring above ``score_thresh`` go through NMS within each class; the first
+    ``post_nms`` survivors are returned.
 
     Parameters
     ----------
@@ -112,52 +232,207 @@ def add_ssd_postprocess(g, cls_preds, box_preds, anchors, num_classes, stds, sco
     num_candidates = num_classes * num_anchors
     k = min(nms_topk, num_candidates)
     out_rows = post_nms if post_nms > 0 else num_candidates
-    out_k = min(out_rows, k)
 
-    # 1. candidates: the k best (class, anchor) probabilities, class-major like Gluon's table
     probs = g.op('Softmax', [cls_preds], axis=2)
-    foreground = g.op('Slice', [probs, g.const([1], np.int64),
-                                g.const([num_classes + 1], np.int64), g.const([2], np.int64)])
-    flat = g.op('Reshape', [g.op('Transpose', [foreground], perm=[0, 2, 1]),
-                            g.const([0, -1], np.int64)])
-    scores, index = g.op('TopK', [flat, g.const([k], np.int64)], 2, axis=1)
+    foreground = g.op('Slice', [probs, g.ints(1), g.ints(num_classes + 1), g.ints(2)])
+    flat = g.op('Reshape', [g.op('Transpose', [foreground], perm=[0, 2, 1]), g.ints(0, -1)])
+    scores, index = g.op('TopK', [flat, g.ints(k)], 2, axis=1)
     num_anchors_c = g.const(num_anchors, np.int64)
     class_id = g.op('Div', [index, num_anchors_c])                            # B x k
     anchor = g.op('Mod', [index, num_anchors_c])
-    deltas = g.op('GatherND', [box_preds, g.op('Unsqueeze', [anchor, g.const([2], np.int64)])],
-                  batch_dims=1)                                               # B x k x 4
-    boxes = _decode(g, deltas, g.op('Gather', [g.const(anchors), anchor], axis=0), stds)
+    boxes = _decode(g, _take(g, box_preds, anchor),
+                    g.op('Gather', [g.const(anchors), anchor], axis=0), stds)
 
-    # 2. NMS within each class, in candidate order (ranks k..1 as scores)
-    rank = g.const(np.arange(k, 0, -1), np.float32)
-    in_class = g.op('Equal', [g.op('Unsqueeze', [class_id, g.const([1], np.int64)]),
-                              g.const(np.arange(num_classes).reshape(-1, 1), np.int64)])
-    valid = g.op('Greater', [scores, g.const(score_thresh, np.float32)])
-    in_class = g.op('And', [in_class, g.op('Unsqueeze', [valid, g.const([1], np.int64)])])
-    nms_scores = g.op('Where', [in_class, rank, g.const(0, np.float32)])     # B x C x k
-    selected = g.op('NonMaxSuppression', [boxes, nms_scores, g.const([k], np.int64),
-                                          g.const([nms_thresh], np.float32),
-                                          g.const([0], np.float32)])          # N x 3
-    batch_and_position = g.op('Gather', [selected, g.const([0, 2], np.int64)], axis=1)
-    position = g.op('Gather', [selected, g.const(2, np.int64)], axis=1)
+    kept_rank = _nms(g, scores, boxes, k, nms_thresh, score_thresh, class_id, num_classes)
+    out_k = min(out_rows, k)
+    kept, order = g.op('TopK', [kept_rank, g.ints(out_k)], 2, axis=1)
+    _rows(g, [_column(g, class_id, True), _column(g, scores), boxes], order,
+          g.op('Greater', [kept, g.scalar(0)]), out_k, out_rows, outputs)
+    return out_rows
 
-    # 3. the kept candidates, in candidate order, padded with -1
-    zeros = g.op('ConstantOfShape', [g.op('Shape', [scores])],
-                 value=numpy_helper.from_array(np.zeros(1, np.float32)))
-    kept_rank = g.op('ScatterND', [zeros, batch_and_position,
-                                   g.op('Gather', [rank, position], axis=0)])  # B x k
-    kept, order = g.op('TopK', [kept_rank, g.const([out_k], np.int64)], 2, axis=1)
-    rows = g.op('Concat', [g.op('Unsqueeze', [g.op('Cast', [class_id], to=TensorProto.FLOAT),
-                                              g.const([2], np.int64)]),
-                           g.op('Unsqueeze', [scores, g.const([2], np.int64)]), boxes],
-                axis=2)                                                       # B x k x 6
-    rows = g.op('GatherND', [rows, g.op('Unsqueeze', [order, g.const([2], np.int64)])],
-                batch_dims=1)
-    is_kept = g.op('Unsqueeze', [g.op('Greater', [kept, g.const(0, np.float32)]),
-                                 g.const([2], np.int64)])
-    rows = g.op('Where', [is_kept, rows, g.const(-1, np.float32)])
-    if out_rows > out_k:
-        rows = g.op('Pad', [rows, g.const([0, 0, 0, 0, out_rows - out_k, 0], np.int64),
-                            g.const(-1, np.float32)])
-    g.op('Split', [rows, g.const([1, 1, 4], np.int64)], 3, outputs=list(outputs), axis=2)
+
+# ---------------------------------------------------------------- Faster R-CNN
+
+def add_rpn_proposals(g, scores, offsets, anchors, image_size, nms_thresh, pre_nms, post_nms,
+                      min_size, clip=None, output='proposals'):
+    """Append :class:`gluondet.nn.RPNProposal` in inference: decode, clip, drop small, NMS.
+
+    Offsets are decoded against the anchors (stds 1), clipped to the input ``[0, W] x [0,
+    H]``; boxes narrower or lower than ``min_size`` (``xmax - xmin + 1``) get score -1 and
+    box -1; the ``pre_nms`` best of all levels (scores ``sigmoid``, only those above 0
+    count) go through class-agnostic NMS and the first ``post_nms`` survivors are kept,
+    rows of -1 after them.
+
+    Parameters
+    ----------
+    g : GraphBuilder
+    scores, offsets : str
+        ``B x A x 1`` objectness logits and ``B x A x 4`` offsets of all levels.
+    anchors : numpy.ndarray
+        ``1 x A x 4`` corner anchors (becomes a constant).
+    image_size : (int, int)
+        The input's ``(height, width)``.
+    nms_thresh, pre_nms, post_nms, min_size, clip
+        As :class:`~gluondet.nn.RPNProposal` (inference counts; ``clip`` None or <= 0:
+        no limit).
+    output : str
+        Name of the ``B x post_nms x 4`` proposals.
+    """
+    anchors = np.asarray(anchors, np.float32).reshape(1, -1, 4)
+    height, width = image_size
+    k = min(pre_nms, anchors.shape[1])
+    boxes = _decode(g, offsets, g.const(anchors), (1.0,) * 4, clip, corner=True)
+    boxes = g.op('Min', [g.op('Max', [boxes, g.scalar(0)]),
+                         g.const([width, height, width, height], np.float32)])
+    xmin, ymin, xmax, ymax = g.op('Split', [boxes, g.ints(1, 1, 1, 1)], 4, axis=2)
+    limit, one = g.scalar(min_size), g.scalar(1)
+    small = g.op('Or', [
+        g.op('Less', [g.op('Add', [g.op('Sub', [xmax, xmin]), one]), limit]),
+        g.op('Less', [g.op('Add', [g.op('Sub', [ymax, ymin]), one]), limit])])   # B x A x 1
+    minus_one = g.scalar(-1)
+    probs = g.op('Where', [small, minus_one, _sigmoid(g, scores)])
+    boxes = g.op('Where', [small, minus_one, boxes])
+    top, index = g.op('TopK', [g.op('Squeeze', [probs, g.ints(2)]), g.ints(k)], 2, axis=1)
+    boxes = _take(g, boxes, index)                                             # B x k x 4
+    kept_rank = _nms(g, top, boxes, k, nms_thresh, 0.0)
+    out_k = min(post_nms, k)
+    kept, order = g.op('TopK', [kept_rank, g.ints(out_k)], 2, axis=1)
+    return _rows(g, [boxes], order, g.op('Greater', [kept, g.scalar(0)]), out_k, post_nms,
+                 [output])
+
+
+def add_roi_align(g, proposals, maps, size, strides, sample_ratio=2, level_bounds=None,
+                  min_level=2, output='pooled'):
+    """Append :class:`gluondet.nn.ROIExtractor` (ROI Align, not pixel-aligned).
+
+    ONNX's ``RoiAlign`` at opset 13 is MXNet's ``ROIAlign(aligned=False)`` (the same
+    bits, checked on ROIs inside, across and outside the map and the -1 rows). With
+    several maps (FPN), every level pools every ROI and each ROI keeps its own level's
+    output, as the Gluon block does.
+
+    Parameters
+    ----------
+    g : GraphBuilder
+    proposals : str
+        ``B x P x 4`` corner boxes in input pixels.
+    maps : list of str
+        The ``B x C x h x w`` maps, finest first.
+    size : (int, int)
+        Output height and width.
+    strides : sequence of int
+        Stride of each map.
+    sample_ratio : int
+    level_bounds : sequence of float, optional
+        With several maps: ROIs whose ``sqrt(area) / 224 + 1e-6`` (inclusive pixels, as
+        :func:`~gluondet.nn.roi.fpn_levels`) is at least ``level_bounds[i]`` belong to
+        level ``min_level + i + 1`` or above.
+    min_level : int
+        Level of the first map.
+    output : str
+        Name of the ``(B * P) x C x size`` output.
+    """
+    rois = g.op('Reshape', [proposals, g.ints(-1, 4)])
+    shape = g.op('Shape', [proposals])
+    images = g.op('Squeeze', [g.op('Slice', [shape, g.ints(0), g.ints(1)]), g.ints(0)])
+    per_image = g.op('Range', [g.const(0, np.int64), images, g.const(1, np.int64)])
+    batch_index = g.op('Reshape', [g.op('Expand', [g.op('Unsqueeze', [per_image, g.ints(1)]),
+                                                   g.op('Slice', [shape, g.ints(0), g.ints(2)])]),
+                                   g.ints(-1)])
+    pooled = [g.op('RoiAlign', [feature, rois, batch_index], mode='avg',
+                   output_height=size[0], output_width=size[1], sampling_ratio=sample_ratio,
+                   spatial_scale=1.0 / stride,
+                   outputs=[output] if len(maps) == 1 else None)
+              for feature, stride in zip(maps, strides)]
+    if len(maps) == 1:
+        return pooled[0]
+    xmin, ymin, xmax, ymax = g.op('Split', [rois, g.ints(1, 1, 1, 1)], 4, axis=1)
+    one = g.scalar(1)
+    area = g.op('Mul', [g.op('Add', [g.op('Sub', [xmax, xmin]), one]),
+                        g.op('Add', [g.op('Sub', [ymax, ymin]), one])])
+    ratio = g.op('Add', [g.op('Div', [g.op('Sqrt', [area]), g.scalar(224.0)]),
+                         g.scalar(1e-6)])                                      # R x 1
+    level = g.scalar(min_level)
+    for bound in level_bounds:
+        above = g.op('Cast', [g.op('GreaterOrEqual', [ratio, g.scalar(bound)])],
+                     to=TensorProto.FLOAT)
+        level = g.op('Add', [level, above])
+    level = g.op('Reshape', [level, g.ints(-1, 1, 1, 1)])
+    zero = g.scalar(0)
+    mine = [g.op('Where', [g.op('Equal', [level, g.scalar(min_level + i)]), out, zero])
+            for i, out in enumerate(pooled)]
+    return g.op('Sum', mine, outputs=[output])
+
+
+def add_rcnn_postprocess(g, cls_preds, box_preds, proposals, num_rois, num_classes, stds, clip,
+                         score_thresh, nms_thresh, nms_topk, post_nms, force_nms=False,
+                         valid_thresh=1e-4, outputs=('ids', 'scores', 'boxes')):
+    """Append Faster R-CNN's detection: softmax, class-specific decoding, per-class NMS.
+
+    As :class:`gluondet.nn.PerClassNMS` over the class probabilities and the boxes
+    :class:`gluondet.nn.BoxCenterDecoder` decodes against the proposals: a region's
+    class scores at most ``score_thresh`` are dropped; within each class (``force_nms``:
+    over all classes) the ``nms_topk`` best (scoring above ``valid_thresh``) go through
+    NMS; the ``post_nms`` best detections of all classes are returned, by score.
+
+    Parameters
+    ----------
+    g : GraphBuilder
+    cls_preds, box_preds : str
+        ``(B * P) x (C + 1)`` logits (background first) and ``(B * P) x 4C`` offsets.
+    proposals : str
+        ``B x P x 4`` proposals (the regions, corner boxes).
+    num_rois, num_classes : int
+        ``P`` and ``C``.
+    stds, clip
+        As :class:`~gluondet.nn.BoxCenterDecoder`.
+    score_thresh, nms_thresh, nms_topk, post_nms, force_nms
+        As :class:`~gluondet.nn.PerClassNMS` (``nms_topk``, ``post_nms`` -1: all).
+    valid_thresh : float
+        ``box_nms``'s ``valid_thresh`` in PerClassNMS.
+    outputs : 3 str
+
+    Returns
+    -------
+    int
+        ``K``: ``post_nms``, or ``C * P`` when ``post_nms <= 0``.
+    """
+    num_candidates = num_classes * num_rois
+    probs = g.op('Softmax', [g.op('Reshape', [cls_preds, g.ints(-1, num_rois, num_classes + 1)])],
+                 axis=2)
+    foreground = g.op('Slice', [probs, g.ints(1), g.ints(num_classes + 1), g.ints(2)])
+    scores = g.op('Transpose', [foreground], perm=[0, 2, 1])                  # B x C x P
+    scores = g.op('Where', [g.op('Greater', [scores, g.scalar(score_thresh)]), scores,
+                            g.scalar(0)])
+    deltas = g.op('Reshape', [box_preds, g.ints(-1, num_rois, num_classes, 4)])
+    boxes = _decode(g, deltas, g.op('Unsqueeze', [proposals, g.ints(2)]), stds, clip,
+                    corner=True)
+    boxes = g.op('Transpose', [boxes], perm=[0, 2, 1, 3])                     # B x C x P x 4
+    if force_nms:       # one row of C * P candidates per image, class-major
+        k = min(nms_topk, num_candidates) if nms_topk > 0 else num_candidates
+        top, index = g.op('TopK', [g.op('Reshape', [scores, g.ints(-1, num_candidates)]),
+                                   g.ints(k)], 2, axis=1)
+        boxes = _take(g, g.op('Reshape', [boxes, g.ints(-1, num_candidates, 4)]), index)
+        kept_rank = _nms(g, top, boxes, k, nms_thresh, valid_thresh)
+        class_of_slot = g.op('Div', [index, g.const(num_rois, np.int64)])      # B x k
+        slots = k
+    else:               # a row of P candidates per image and class
+        k = min(nms_topk, num_rois) if nms_topk > 0 else num_rois
+        top, index = g.op('TopK', [g.op('Reshape', [scores, g.ints(-1, num_rois)]), g.ints(k)],
+                          2, axis=1)
+        boxes = _take(g, g.op('Reshape', [boxes, g.ints(-1, num_rois, 4)]), index)
+        kept_rank = _nms(g, top, boxes, k, nms_thresh, valid_thresh)          # (B * C) x k
+        class_of_slot = None
+        slots = num_classes * k
+    detected = g.op('Where', [g.op('Greater', [kept_rank, g.scalar(0)]), top, g.scalar(-1)])
+    detected = g.op('Reshape', [detected, g.ints(-1, slots)])
+    boxes = g.op('Reshape', [boxes, g.ints(-1, slots, 4)])
+    out_rows = post_nms if post_nms > 0 else num_candidates
+    out_k = min(out_rows, slots)
+    best, order = g.op('TopK', [detected, g.ints(out_k)], 2, axis=1)
+    if class_of_slot is None:
+        class_id = g.op('Div', [order, g.const(k, np.int64)])
+    else:
+        class_id = g.op('GatherElements', [class_of_slot, order], axis=1)
+    _rows(g, [_column(g, class_id, True), _column(g, best), _take(g, boxes, order)], None,
+          g.op('Greater', [best, g.scalar(0)]), out_k, out_rows, outputs)
     return out_rows

@@ -1,8 +1,10 @@
-"""MXNet symbol export of a detector, and the network body that ONNX export converts."""
+"""MXNet symbol export of a detector, and the network parts that ONNX export converts."""
 import mxnet as mx
+import numpy as np
 from mxnet import autograd, gluon
 
-__all__ = ['export_symbol', 'ssd_body', 'input_shape']
+__all__ = ['export_symbol', 'ssd_body', 'rcnn_body', 'rcnn_box_features', 'RCNNBody',
+           'input_shape']
 
 
 def input_shape(data_shape, batch_size=1):
@@ -26,12 +28,14 @@ def export_symbol(net, prefix, data_shape, batch_size=1):
     ``net`` is hybridized (default flags) and run once in inference mode on a
     ``batch_size x 3 x H x W`` batch of zeros; ``gluon.SymbolBlock.imports(json,
     ['data'], params)`` then gives the same ``(ids, scores, boxes)`` as ``net``, for
-    any batch size. The post-processing (MXNet's ``box_nms``) is part of the graph.
+    any batch size (and for a Faster R-CNN, any input size). The post-processing
+    (MXNet's ``box_nms``; a Faster R-CNN's proposals and ROI Align too) is part of the graph.
 
     Parameters
     ----------
     net : HybridBlock
-        An initialized detector, for example :class:`gluondet.model_zoo.ssd.SSD`.
+        An initialized detector: :class:`~gluondet.model_zoo.ssd.SSD` or
+        :class:`~gluondet.model_zoo.faster_rcnn.FasterRCNN`.
     prefix : str
         Path prefix of the two files.
     data_shape : int or (int, int)
@@ -85,3 +89,79 @@ def ssd_body(net, data_shape):
     names = set(symbol.list_arguments()) | set(symbol.list_auxiliary_states())
     params = {p.name: p.data() for p in net.collect_params().values() if p.name in names}
     return symbol, params, anchors.asnumpy()
+
+
+class RCNNBody:
+    """The two parts of a Faster R-CNN that mx2onnx converts, and what lies between them.
+
+    Attributes
+    ----------
+    rpn : Symbol
+        Input ``data`` ``B x 3 x H x W``; outputs ``rpn_scores`` ``B x A x 1`` (objectness
+        logits of all levels), ``rpn_offsets`` ``B x A x 4`` and the maps ROI Align pools
+        from, ``roi_map0`` ... (C4: one; FPN: P2-P5).
+    head : Symbol
+        Input ``pooled`` ``R x C x h x w`` (the ROI Align output); outputs ``cls_preds``
+        ``R x (classes + 1)`` logits and ``box_preds`` ``R x (4 * classes)`` offsets.
+    params : dict of str to NDArray
+        The arguments and auxiliary states of both, other than the inputs.
+    anchors : numpy.ndarray
+        ``1 x A x 4`` corner anchors of all levels, constant for this input size.
+    map_shapes : list of tuple
+        Shape of each ROI map at batch 1.
+    """
+
+    def __init__(self, rpn, head, params, anchors, map_shapes):
+        self.rpn, self.head, self.params = rpn, head, params
+        self.anchors, self.map_shapes = anchors, map_shapes
+
+
+def rcnn_box_features(F, net, pooled):
+    """The per-region features the predictors take, as :class:`FasterRCNN` computes them:
+    ``layer4`` and global average pooling (C4), or the box head's dense layers (FPN)."""
+    if net.box_features is None:
+        top = net.backbone.layer4(pooled)
+        return F.contrib.AdaptiveAvgPooling2D(top, output_size=1).reshape((0, -1))
+    return net.box_features(pooled)
+
+
+def rcnn_body(net, data_shape):
+    """A Faster R-CNN cut where ONNX export builds the region stages in standard ops.
+
+    The proposals (decoding, clipping, NMS), ROI Align and the post-processing stay out:
+    :func:`gluondet.deploy.onnx.export_onnx` writes them itself.
+
+    Parameters
+    ----------
+    net : :class:`~gluondet.model_zoo.faster_rcnn.FasterRCNN`
+        Initialized.
+    data_shape : int or (int, int)
+        The input height and width the anchors are computed for.
+
+    Returns
+    -------
+    RCNNBody
+    """
+    data, pooled = mx.sym.var('data', dtype='float32'), mx.sym.var('pooled', dtype='float32')
+    num_maps = len(net.roi_extractor.strides)
+    with autograd.predict_mode():
+        maps = net.features(data)
+        heads = [net.rpn_head(feature) for feature in maps]
+        box_feat = rcnn_box_features(mx.sym, net, pooled)
+        cls_preds, box_preds = net.class_predictor(box_feat), net.box_predictor(box_feat)
+    rpn = mx.sym.Group(
+        [mx.sym.identity(mx.sym.concat(*[s for s, _ in heads], dim=1), name='rpn_scores'),
+         mx.sym.identity(mx.sym.concat(*[o for _, o in heads], dim=1), name='rpn_offsets')]
+        + [mx.sym.identity(m, name='roi_map%d' % i) for i, m in enumerate(maps[:num_maps])])
+    head = mx.sym.Group([mx.sym.identity(cls_preds, name='cls_preds'),
+                         mx.sym.identity(box_preds, name='box_preds')])
+    _, map_shapes, _ = mx.sym.Group(maps).infer_shape(data=input_shape(data_shape))
+    ctx = _context(net)
+    anchors = [generate(mx.nd.zeros(shape, ctx=ctx)).asnumpy()
+               for shape, generate in zip(map_shapes, net.anchor_generators)]
+    names = set()
+    for symbol in (rpn, head):
+        names |= set(symbol.list_arguments()) | set(symbol.list_auxiliary_states())
+    params = {p.name: p.data() for p in net.collect_params().values() if p.name in names}
+    return RCNNBody(rpn, head, params, np.concatenate(anchors, axis=1),
+                    [tuple(shape) for shape in map_shapes[:num_maps]])

@@ -1,0 +1,325 @@
+"""Symbol and ONNX export of Faster R-CNN (C4 and FPN): ONNX Runtime parity with Gluon for every
+zoo name, the exported graph's stages against their Gluon blocks, int8 and TensorRT checks."""
+import json
+
+import cv2
+import mxnet as mx
+import numpy as np
+import pytest
+from mxnet import gluon
+
+from gluondet.deploy import compare_detections, detecting_random_weights, export_symbol
+from gluondet.model_zoo import get_model, get_model_list
+from gluondet.nn.roi import fpn_levels
+
+onnx = pytest.importorskip('onnx')
+ort = pytest.importorskip('onnxruntime')
+from gluondet.deploy import export_onnx  # noqa: E402
+from gluondet.deploy.onnx_graph import (GraphBuilder, add_rcnn_postprocess,  # noqa: E402
+                                        add_roi_align, add_rpn_proposals)
+
+RCNN_NAMES = [n for n in get_model_list() if n.startswith('faster_rcnn')]
+FAST_NAME = 'faster_rcnn_fpn_resnet18_v1b_custom'
+SHAPE = (128, 160)
+# C4 networks run layer4 on every region (about 1 GFLOP each for ResNet-50): fewer regions
+# keep the sweep within CI time. Every other setting, NMS included, is the zoo's.
+C4_ROIS = 64
+
+
+def _images(batch, seed=0, shape=SHAPE):
+    return mx.nd.array(np.random.RandomState(seed).uniform(-2, 2, (batch, 3) + tuple(shape)))
+
+
+def _detector(name, batch=2, seed=0, **kwargs):
+    """``name`` at SHAPE with random weights that detect (see detecting_random_weights)."""
+    if name.endswith('_custom'):
+        kwargs.setdefault('classes', ['a', 'b', 'c'])
+    if '_fpn_' not in name:
+        kwargs.setdefault('rpn_test_post_nms', C4_ROIS)
+    net = get_model(name, pretrained_base=False, **kwargs)
+    x = _images(batch, seed)
+    detecting_random_weights(net, x, seed)
+    net.hybridize()
+    return net, x
+
+
+def _run_onnx(path, x):
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    session = ort.InferenceSession(str(path), options, providers=['CPUExecutionProvider'])
+    return session.run(None, {'data': x.asnumpy() if hasattr(x, 'asnumpy') else x})
+
+
+def _assert_parity(expected, got, min_per_image):
+    result = compare_detections(expected, got)
+    assert result.ok, str(result)
+    assert result.compared >= min_per_image * len(got[0]), str(result)
+    return result
+
+
+def _parity(name, tmp_path, batches=(1, 2), dynamic=False, min_per_image=20):
+    """ONNX Runtime vs Gluon, a static export per batch (and one dynamic for all)."""
+    net, x = _detector(name, batch=max(batches))
+    results = {}
+    for batch in batches:
+        expected = net(x[:batch])
+        path = tmp_path / ('static%d.onnx' % batch)
+        export_onnx(net, str(path), SHAPE, batch_size=batch)
+        results['static', batch] = _assert_parity(expected, _run_onnx(path, x[:batch]),
+                                                  min_per_image)
+        if dynamic:
+            path = tmp_path / 'dynamic.onnx'
+            if not path.exists():
+                export_onnx(net, str(path), SHAPE, dynamic_batch=True)
+            results['dynamic', batch] = _assert_parity(expected, _run_onnx(path, x[:batch]),
+                                                       min_per_image)
+    return results
+
+
+# ---------------------------------------------------------------- ONNX Runtime vs Gluon
+
+def test_onnx_detections_equal_gluon_batch_1_and_2_static_and_dynamic(tmp_path):
+    for key, result in _parity(FAST_NAME, tmp_path, dynamic=True, min_per_image=80).items():
+        print(FAST_NAME, key, result)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('name', RCNN_NAMES)
+def test_onnx_detections_equal_gluon_for_every_zoo_name(name, tmp_path):
+    for key, result in _parity(name, tmp_path).items():
+        print(name, key, result)
+
+
+@pytest.mark.parametrize('settings', [
+    dict(nms_thresh=0.3, nms_topk=40, post_nms=-1),      # top-k cut before NMS, every row
+    dict(nms_thresh=0.5, nms_topk=-1, post_nms=50),      # post-NMS cut below the detections
+    dict(nms_thresh=0.4, nms_topk=100, post_nms=200, force_nms=True),
+])
+def test_onnx_nms_settings(tmp_path, settings):
+    net, x = _detector(FAST_NAME)
+    net.set_nms(**settings)
+    expected = net(x)
+    ids = expected[0].asnumpy()
+    rows = settings['post_nms'] if settings['post_nms'] > 0 else 3 * net.proposal.counts(False)[1]
+    assert ids.shape == (2, rows, 1)
+    path = tmp_path / 'rcnn.onnx'
+    export_onnx(net, str(path), SHAPE, batch_size=2)
+    got = _run_onnx(path, x)
+    assert got[0].shape == ids.shape
+    np.testing.assert_array_equal(got[0] >= 0, ids >= 0)
+    _assert_parity(expected, got, min_per_image=min(40, (ids >= 0).sum(axis=1).min()))
+
+
+# ---------------------------------------------------------------- the graph's stages
+
+def _run_graph(builder, inputs, outputs):
+    graph = onnx.helper.make_graph(
+        builder.nodes, 'stage',
+        [onnx.helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, value.shape)
+         for name, value in inputs.items()],
+        [onnx.helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, [None] * rank)
+         for name, rank in outputs], builder.initializers)
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid('', 13)])
+    onnx.checker.check_model(model)
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    session = ort.InferenceSession(model.SerializeToString(), options,
+                                   providers=['CPUExecutionProvider'])
+    return session.run(None, inputs)
+
+
+@pytest.mark.parametrize('pre_nms, post_nms, min_size', [(300, 100, 16), (6000, 4000, 1)])
+def test_rpn_proposals_are_rpnproposal_bit_for_bit(pre_nms, post_nms, min_size):
+    # logits on a coarse grid tie in both runtimes (and never nearly tie), so the whole
+    # chain -- decode, clip, min size, pre-NMS top-k, NMS, -1 rows -- must give the same bits;
+    # (6000, 4000): fewer anchors than pre_nms, fewer survivors than post_nms
+    net = get_model(FAST_NAME, classes=['a'], pretrained_base=False, rpn_test_pre_nms=pre_nms,
+                    rpn_test_post_nms=post_nms, rpn_min_size=min_size)
+    net.initialize()
+    proposal = net.proposal
+    rng = np.random.RandomState(0)
+    maps = [mx.nd.zeros((2, 1, SHAPE[0] // s, SHAPE[1] // s)) for s in net.strides]
+    anchors = [generate(m) for m, generate in zip(maps, net.anchor_generators)]
+    scores = [mx.nd.array(np.round(rng.randn(2, a.shape[1], 1) * 8) / 4) for a in anchors]
+    offsets = [mx.nd.array(rng.randn(2, a.shape[1], 4) * 0.5) for a in anchors]
+    _, expected = proposal(mx.nd.zeros((2, 3) + SHAPE), *(anchors + scores + offsets))
+    g = GraphBuilder('proposals')
+    add_rpn_proposals(g, 'scores', 'offsets', mx.nd.concat(*anchors, dim=1).asnumpy(), SHAPE,
+                      proposal.nms_thresh, pre_nms, post_nms, proposal.min_size, proposal.clip)
+    got, = _run_graph(g, {'scores': mx.nd.concat(*scores, dim=1).asnumpy(),
+                          'offsets': mx.nd.concat(*offsets, dim=1).asnumpy()}, [('proposals', 3)])
+    expected = expected.asnumpy()
+    assert got.shape == expected.shape == (2, post_nms, 4)
+    kept = (expected[..., 0] >= 0).sum(axis=1)
+    if post_nms > 1000:     # fewer survive NMS: -1 rows follow
+        assert 0 < kept.min() and kept.max() < post_nms
+    else:
+        assert kept.min() == post_nms
+    np.testing.assert_array_equal(got, expected)
+
+
+@pytest.mark.parametrize('settings', [
+    dict(nms_thresh=0.5, nms_topk=-1, post_nms=200),
+    dict(nms_thresh=0.3, nms_topk=20, post_nms=-1),
+    dict(nms_thresh=0.4, nms_topk=50, post_nms=230, force_nms=True),
+])
+def test_rcnn_detections_are_perclassnms(settings):
+    # regions share a few logit vectors (ties in every class) and overlap: which tied box
+    # each NMS keeps must be Gluon's; decoding gives the same bits. (post_nms is above the
+    # number of detections: at a post_nms cut through tied scores MXNet's topk, which is
+    # not stable, keeps any of them.)
+    batch, rois, classes = 2, 80, 3
+    net = get_model(FAST_NAME, classes=['a', 'b', 'c'], pretrained_base=False)
+    net.set_nms(**settings)
+    rng = np.random.RandomState(0)
+    corner = rng.uniform(0, 100, (batch, rois, 2))
+    proposals = np.concatenate([corner, corner + rng.uniform(10, 60, (batch, rois, 2))], axis=2)
+    proposals[:, -5:] = -1
+    proposals = proposals.astype(np.float32)
+    pool = np.round(rng.randn(8, classes + 1) * 4) / 2
+    cls_preds = pool[rng.randint(0, 8, batch * rois)].astype(np.float32)
+    box_preds = (rng.randn(batch * rois, 4 * classes) * 0.5).astype(np.float32)
+
+    probs = mx.nd.softmax(mx.nd.array(cls_preds).reshape((batch, rois, -1)), axis=-1)
+    deltas = mx.nd.array(box_preds).reshape((batch, rois, classes, 4))
+    anchors = mx.nd.broadcast_to(mx.nd.array(proposals).expand_dims(2), deltas.shape)
+    boxes = net.box_decoder(deltas.reshape((1, -1, 4)), anchors.reshape((1, -1, 4)))
+    expected = net.postprocess(probs, boxes.reshape_like(deltas))
+
+    post = net.postprocess
+    g = GraphBuilder('postprocess')
+    add_rcnn_postprocess(g, 'cls_preds', 'box_preds', 'proposals', rois, classes,
+                         net.box_decoder.stds, net.box_decoder.clip, post.score_thresh,
+                         post.nms_thresh, post.nms_topk, post.post_nms, post.force_nms)
+    got = _run_graph(g, {'cls_preds': cls_preds, 'box_preds': box_preds,
+                         'proposals': proposals}, [('ids', 3), ('scores', 3), ('boxes', 3)])
+    assert [o.shape for o in got] == [o.shape for o in expected]
+    np.testing.assert_array_equal(got[0] >= 0, expected[0].asnumpy() >= 0)
+    result = compare_detections(expected, got, min_score=0, score_tol=1e-6, box_tol=1e-6)
+    assert result.ok and result.compared >= 60, str(result)
+
+
+def test_fpn_roi_levels_are_fpn_levels_exactly():
+    # each level's map is constant (its level): the pooled value is the level an ROI got,
+    # tried at sizes right around the level boundaries (sqrt(area) = 112, 224, 448)
+    from gluondet.deploy.onnx import _fpn_level_bounds
+    rng = np.random.RandomState(0)
+    sides = [np.arange(100, 500, 0.125), [0, 1, 2, 1000]]
+    for bound in (112, 224, 448):    # v = side / 224 + 1e-6 crosses a power of 2 here
+        sides.append(bound * (1 - 1e-6 * 224 / bound) + np.arange(-40, 40) * 4e-6 * bound / 112)
+    sides = np.concatenate(sides).astype(np.float32)
+    width = np.where(rng.rand(len(sides)) < 0.5, sides,
+                     sides * rng.uniform(0.5, 2, len(sides))).astype(np.float32)
+    height = np.where(width == sides, sides, sides ** 2 / np.maximum(width, 1e-3))
+    height = np.where(width > 0, height, 0).astype(np.float32)
+    boxes = np.stack([np.zeros_like(width), np.zeros_like(width), width - 1, height - 1],
+                     axis=1)[None]
+    maps = {'map%d' % i: np.full((1, 1, 4, 4), float(2 + i), np.float32) for i in range(4)}
+    g = GraphBuilder('rois')
+    add_roi_align(g, 'boxes', list(maps), (2, 2), [1e6] * 4, 2, _fpn_level_bounds(2, 5), 2)
+    got, = _run_graph(g, dict(maps, boxes=boxes), [('pooled', 4)])
+    rois = mx.nd.array(np.concatenate([np.zeros((boxes.shape[1], 1)), boxes[0]], axis=1))
+    expected = fpn_levels(mx.nd, rois, 2, 5).asnumpy()
+    np.testing.assert_array_equal(got[:, 0, 0, 0], expected)
+    assert set(expected) == {2, 3, 4, 5}
+
+
+def test_roi_align_is_mxnet_roi_align_bit_for_bit():
+    rng = np.random.RandomState(0)
+    feature = rng.randn(2, 8, 20, 24).astype(np.float32)
+    corner = rng.uniform(-40, 400, (2, 300, 2))
+    boxes = np.concatenate([corner, corner + np.exp(rng.uniform(-1, 6, (2, 300, 2)))], axis=2)
+    boxes[:, :20] = -1                       # the -1 rows of missing proposals
+    boxes[:, 20:40, 2:] = boxes[:, 20:40, :2]  # empty boxes
+    boxes = boxes.astype(np.float32)
+    index = np.repeat(np.arange(2), 300)[:, None].astype(np.float32)
+    rois = mx.nd.array(np.concatenate([index, boxes.reshape(-1, 4)], axis=1))
+    expected = mx.nd.contrib.ROIAlign(mx.nd.array(feature), rois, (7, 7), 1 / 16.,
+                                      sample_ratio=2).asnumpy()
+    g = GraphBuilder('rois')
+    add_roi_align(g, 'boxes', ['map'], (7, 7), [16])
+    got, = _run_graph(g, {'map': feature, 'boxes': boxes}, [('pooled', 4)])
+    np.testing.assert_array_equal(got, expected)
+
+
+# ---------------------------------------------------------------- the model file
+
+def test_onnx_model_checks_and_describes_itself(tmp_path):
+    net, _ = _detector(FAST_NAME, batch=1)
+    for dynamic in (False, True):
+        path = str(tmp_path / ('dynamic.onnx' if dynamic else 'static.onnx'))
+        export_onnx(net, path, SHAPE, batch_size=2, dynamic_batch=dynamic,
+                    metadata={'mean': [0.485, 0.456, 0.406]})
+        model = onnx.load(path)
+        onnx.checker.check_model(model, full_check=True)
+        assert [o.version for o in model.opset_import if o.domain in ('', 'ai.onnx')] == [13]
+        names = [node.name for node in model.graph.node]
+        assert all(names) and len(set(names)) == len(names)
+        assert [i.name for i in model.graph.input] == ['data']
+        ops = {node.op_type for node in model.graph.node}
+        assert {'RoiAlign', 'NonMaxSuppression', 'Conv', 'Gemm'} <= ops
+
+        def dims(value):
+            return [d.dim_param or d.dim_value for d in value.type.tensor_type.shape.dim]
+        batch = 'batch' if dynamic else 2
+        assert dims(model.graph.input[0]) == [batch, 3, 128, 160]
+        assert [(o.name, dims(o)) for o in model.graph.output] == [
+            ('ids', [batch, 100, 1]), ('scores', [batch, 100, 1]), ('boxes', [batch, 100, 4])]
+        meta = {p.key: json.loads(p.value) for p in model.metadata_props}
+        assert meta['classes'] == ['a', 'b', 'c'] and meta['data_shape'] == [128, 160]
+        assert meta['batch_size'] == (None if dynamic else 2)
+        assert meta['nms'] == {'score_thresh': 0.01, 'nms_thresh': 0.5, 'nms_topk': -1,
+                               'post_nms': 100, 'force_nms': False}
+        assert meta['rpn'] == {'nms_thresh': 0.7, 'pre_nms': 2000, 'post_nms': 300,
+                               'min_size': 4}
+        assert (meta['short'], meta['max_size'], meta['fixed_input_size']) == (600, 1000, True)
+        assert meta['mean'] == [0.485, 0.456, 0.406]
+    with pytest.raises(Exception, match='invalid dimensions for input: data'):
+        _run_onnx(tmp_path / 'static.onnx', _images(1))
+    with pytest.raises(Exception, match='invalid dimensions for input: data'):
+        _run_onnx(tmp_path / 'dynamic.onnx', _images(1, shape=(160, 128)))
+
+
+def test_onnx_refuses_roi_pooling(tmp_path):
+    from gluondet.deploy import UnsupportedOperatorError
+    net = get_model(FAST_NAME, classes=['a'], pretrained_base=False, roi_mode='pool')
+    net.initialize()
+    with pytest.raises(UnsupportedOperatorError, match="roi_mode='pool'"):
+        export_onnx(net, str(tmp_path / 'rcnn.onnx'), SHAPE)
+
+
+def test_export_symbol_gives_identical_outputs(tmp_path):
+    net, x = _detector(FAST_NAME)
+    expected = [o.asnumpy() for o in net(x)]
+    json_file, params_file = export_symbol(net, str(tmp_path / 'rcnn'), SHAPE)
+    imported = gluon.SymbolBlock.imports(json_file, ['data'], params_file)
+    for got, want in zip(imported(x), expected):
+        np.testing.assert_array_equal(got.asnumpy(), want)
+    assert (expected[1] >= 0.05).sum() >= 100
+
+
+# ---------------------------------------------------------------- int8 and TensorRT
+
+def _calibration_images(folder, count=4):
+    rng = np.random.RandomState(0)
+    paths = []
+    for i in range(count):
+        paths.append(str(folder / ('%d.png' % i)))
+        cv2.imwrite(paths[-1], rng.randint(0, 256, SHAPE + (3,)).astype(np.uint8))
+    return paths
+
+
+def test_quantize_onnx_takes_faster_rcnn(tmp_path):
+    from gluondet.deploy.calibration import CalibrationBatches
+    from gluondet.deploy.quantize import quantize_onnx
+    net, x = _detector(FAST_NAME)
+    path, out = str(tmp_path / 'rcnn.onnx'), str(tmp_path / 'int8.onnx')
+    export_onnx(net, path, SHAPE, batch_size=2)
+    images = _calibration_images(tmp_path)
+    model = quantize_onnx(path, out, CalibrationBatches(images, SHAPE[::-1], batch_size=2))
+    assert sum(node.op_type == 'QuantizeLinear' for node in model.graph.node) >= 20
+    meta = {p.key: json.loads(p.value) for p in model.metadata_props}
+    assert meta['precision'] == 'int8' and meta['rpn']['post_nms'] == 300
+    ids, scores, boxes = _run_onnx(out, x)
+    assert ids.shape == (2, 100, 1) and (scores > 0.05).sum() >= 50
+    assert np.isfinite(boxes).all()
