@@ -42,21 +42,24 @@ def _model_arguments(parser):
     add('--model', required=True,
         help='a model zoo name (with --params or --pretrained), a training output '
              'PREFIX_best.params (its json beside), a symbol PREFIX, a .onnx file or a TensorRT '
-             '.engine file (its json beside)')
+             '.engine file (its json beside); SSD or Faster R-CNN, preprocessed as the model '
+             'records')
     add('--backend', choices=('mxnet', 'onnxruntime', 'tensorrt'),
         help="default: the model's (mxnet for networks and symbols, onnxruntime for .onnx, "
              'tensorrt for engines)')
-    _weights_arguments(parser)
+    _weights_arguments(parser, "input size S or HEIGHT,WIDTH of a fixed-size model (SSD; "
+                               "default: the model's); a keep-ratio model (Faster R-CNN) takes "
+                               "each image at its own size")
     add('--batch-size', type=int, help="images per batch (default: a fixed-batch model's batch, "
                                        'else 8)')
 
 
-def _weights_arguments(parser):
+def _weights_arguments(parser, data_shape_help="input size S or HEIGHT,WIDTH (default: the "
+                                               "model's)"):
     add = parser.add_argument
     add('--params', help='weights for a zoo name (gluondet or GluonCV .params)')
     add('--pretrained', action='store_true', help="the zoo name's published weights")
-    add('--data-shape', type=_data_shape,
-        help="input size S or HEIGHT,WIDTH (default: the model's)")
+    add('--data-shape', type=_data_shape, help=data_shape_help)
     add('--classes', type=_classes,
         help="comma-separated class names, for a model that does not record them")
 

@@ -23,7 +23,7 @@ from gluondet.deploy.infer import export_model
 from gluondet.deploy.predictor import Predictor, list_images, load_network, rescale_boxes
 from gluondet.engine import TrainConfig, fit
 from gluondet.tasks import SSDTask
-from gluondet.data.preprocess import SSDValTransform
+from gluondet.data.preprocess import SSDValTransform, fixed_size
 from gluondet.tasks.ssd import detect_batches
 
 pytest.importorskip('onnxruntime')
@@ -192,6 +192,37 @@ def test_static_batch_model_pads_and_refuses_other_batches(trained_model, images
             fixed.predict(three, batch_size=bad)
     with pytest.raises(ValueError, match=r'takes inputs of 128 x 128 \(fixed at export\), not 96'):
         Predictor.from_model(static, data_shape=96)
+
+
+def test_exports_made_before_preprocessing_was_recorded_still_run(trained_model, images,
+                                                                  tmp_path):
+    """Metadata with ``data_shape``, ``mean`` and ``std`` but no ``preprocessing`` (what
+    ``gluondet export`` wrote before) runs as the fixed size it describes."""
+    onnx = pytest.importorskip('onnx')
+    params, _, _ = trained_model
+    prefix, path = str(tmp_path / 'ssd'), str(tmp_path / 'ssd.onnx')
+    export_model(params, prefix, 'symbol')
+    export_model(params, path, 'onnx', dynamic_batch=True)
+    arrays = [read_image(p).asnumpy() for p in images]
+    new = [Predictor.from_model(m) for m in (prefix, path)]
+    assert [p.preprocessing for p in new] == [fixed_size(DATA_SHAPE)] * 2
+    with open(prefix + '-meta.json') as f:
+        meta = json.load(f)
+    del meta['preprocessing']
+    with open(prefix + '-meta.json', 'w') as f:
+        json.dump(meta, f)
+    model = onnx.load(path)
+    kept = [p for p in model.metadata_props if p.key != 'preprocessing']
+    assert len(kept) == len(model.metadata_props) - 1
+    del model.metadata_props[:]
+    model.metadata_props.extend(kept)
+    onnx.save(model, path)
+    for before, model in zip(new, (prefix, path)):
+        old = Predictor.from_model(model)
+        assert old.preprocessing == before.preprocessing
+        for a, b in zip(old.detect(arrays), before.detect(arrays)):
+            np.testing.assert_array_equal(a.boxes, b.boxes)
+            np.testing.assert_array_equal(a.scores, b.scores)
 
 
 def test_unreadable_images_are_skipped_and_counted(trained_model, images, tmp_path, caplog):

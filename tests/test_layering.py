@@ -15,6 +15,7 @@ FORBIDDEN = {
     'data': ('tasks', 'engine', 'deploy', 'model_zoo', 'nn', 'cli'),
     'metrics': ('tasks', 'engine', 'deploy', 'model_zoo', 'cli'),
     'model_zoo': ('tasks', 'engine', 'deploy', 'data', 'metrics', 'cli'),
+    'engine': ('tasks', 'model_zoo', 'deploy', 'cli'),
 }
 
 

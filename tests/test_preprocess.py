@@ -42,6 +42,8 @@ def test_metadata_without_preprocessing_reads_as_its_fixed_size():
     assert preprocessing_from_metadata(old, 'm') == fixed_size((128, 96), [0.5] * 3, [0.25] * 3)
     assert preprocessing_from_metadata({'data_shape': 64}, 'm') == fixed_size(64)
     assert preprocessing_from_metadata({'classes': ['a']}, 'm') is None
+    rcnn = {'data_shape': [128, 160], 'short': 600, 'max_size': 1000}
+    assert preprocessing_from_metadata(rcnn, 'm') == keep_ratio(600, 1000)
     new = {'data_shape': [608, 1024], 'preprocessing': keep_ratio(600, 1000, 32)}
     assert preprocessing_from_metadata(new, 'm') == keep_ratio(600, 1000, 32)
     with pytest.raises(ValueError, match='m-meta.json: preprocessing resize'):

@@ -160,16 +160,20 @@ def preprocessing_of(net, data_shape=None, short=None, max_size=None):
 def preprocessing_from_metadata(meta, source):
     """The preprocessing an exported model's metadata records, or None if it records none.
 
-    ``meta['preprocessing']`` if present; else metadata written before it existed
-    (SSD exports: ``data_shape`` with ``mean`` and ``std``) is a fixed size.
+    ``meta['preprocessing']`` if present; else ``short`` (and ``max_size``, ``multiple``)
+    keep the ratio, and ``data_shape`` alone (SSD exports made before ``preprocessing``
+    was recorded) is a fixed size; ``mean`` and ``std`` beside them.
     """
     if meta.get('preprocessing') is not None:
         return check_preprocessing(meta['preprocessing'], source)
+    norm = {'mean': meta.get('mean', T.IMAGENET_MEAN), 'std': meta.get('std', T.IMAGENET_STD)}
+    if meta.get('short') is not None:
+        return check_preprocessing(dict(norm, resize='keep_ratio', short=meta['short'],
+                                        max_size=meta.get('max_size'),
+                                        multiple=meta.get('multiple', 1)), source)
     if meta.get('data_shape') is None:
         return None
-    return check_preprocessing({'resize': 'fixed', 'data_shape': meta['data_shape'],
-                                'mean': meta.get('mean', T.IMAGENET_MEAN),
-                                'std': meta.get('std', T.IMAGENET_STD)}, source)
+    return check_preprocessing(dict(norm, resize='fixed', data_shape=meta['data_shape']), source)
 
 
 # ---------------------------------------------------------------- applying

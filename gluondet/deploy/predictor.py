@@ -46,8 +46,8 @@ from mxnet import gluon
 from tqdm import tqdm
 
 from ..data.base import DatasetError, empty_label, read_image
-from ..data.preprocess import (fixed_size, padded_shape, preprocessing_from_metadata,
-                               preprocessing_of, val_transform)
+from ..data.preprocess import (check_preprocessing, fixed_size, padded_shape,
+                               preprocessing_from_metadata, preprocessing_of, val_transform)
 from ..model_zoo import get_model, get_model_info
 from .calibration import IMAGE_EXTENSIONS
 from .runners import MXNetRunner, ONNXRuntimeRunner, _symbol_prefix, _symbol_runner
@@ -172,8 +172,8 @@ def _agree(known, given, what, source):
 
 def _fixed_input(runner):
     """``(height, width)`` of a runner whose ``input_shape`` is fixed, else None."""
-    shape = getattr(runner, 'input_shape', None)
-    if shape is None or not all(isinstance(v, numbers.Integral) for v in shape[1:]):
+    shape = getattr(runner, 'input_shape', None)     # symbolic (ONNX) or -1 (TensorRT): dynamic
+    if shape is None or not all(isinstance(v, numbers.Integral) and v > 0 for v in shape[1:]):
         return None
     return tuple(int(v) for v in shape[1:])
 
@@ -402,8 +402,8 @@ class Predictor:
         self.runner = runner
         self.classes = tuple(classes)
         self.backend = backend
-        if not isinstance(preprocessing, dict):
-            preprocessing = fixed_size(_pair(preprocessing))
+        preprocessing = (check_preprocessing(preprocessing) if isinstance(preprocessing, dict)
+                         else fixed_size(_pair(preprocessing)))
         self.preprocessing = preprocessing
         fixed = _fixed_input(runner)
         if preprocessing['resize'] == 'fixed':
