@@ -281,10 +281,10 @@ def _norm_params(block):
     return found
 
 
-def _box_head():
+def _box_head(units):
     head = nn.HybridSequential()
     for _ in range(2):
-        head.add(nn.Dense(1024, weight_initializer=mx.init.Normal(0.01)), nn.Activation('relu'))
+        head.add(nn.Dense(units, weight_initializer=mx.init.Normal(0.01)), nn.Activation('relu'))
     return head
 
 
@@ -340,7 +340,8 @@ def build_faster_rcnn(arch, classes, dataset='custom', pretrained_base=True, ctx
         The backbone's normalization; BatchNorm is frozen (global statistics)
         unless ``norm_kwargs`` says otherwise, as GluonCV.
     **kwargs
-        Override the preset's :class:`FasterRCNN` arguments.
+        Override the preset's :class:`FasterRCNN` arguments; with FPN also
+        ``fpn_channels`` (256) and ``box_units`` (1024, the two dense layers' width).
     """
     spec = FASTER_RCNN_ARCHS[arch]
     norm_kwargs = dict({'use_global_stats': True} if norm_layer is nn.BatchNorm else {},
@@ -352,9 +353,10 @@ def build_faster_rcnn(arch, classes, dataset='custom', pretrained_base=True, ctx
         gluoncv_compat.load_gluoncv_v1b(backbone, registry.weights_file(spec['backbone'], root),
                                         ctx)
     options = dict(spec['datasets'][dataset], **kwargs)
+    fpn_channels, box_units = options.pop('fpn_channels', 256), options.pop('box_units', 1024)
     if spec['fpn']:
-        options.setdefault('fpn', FPN(256, num_inputs=4))
-        options.setdefault('box_features', _box_head())
+        options.setdefault('fpn', FPN(fpn_channels, num_inputs=4))
+        options.setdefault('box_features', _box_head(box_units))
     return FasterRCNN(backbone, classes, **options)
 
 
