@@ -96,13 +96,14 @@ def test_validation_equals_gluondet_evaluate_of_the_training_output(trained, mon
     assert _same(evaluate_model(params, 'voc', root, 'val', progress=False), result.metrics)
     assert _same(task.validate(result.net, [__import__('mxnet').cpu()]), result.metrics)
     assert [p.preprocessing for p in calls] == [keep_ratio(SHORT, MAX_SIZE, 32)] * 3
-    # the model detects: every val image gets boxes, in its own pixels
+    # the model detects: every val image gets boxes, in its own pixels (clipped to it)
     found = Predictor.from_model(params).predict(_images(root))
     for item in found:
         assert len(item.detections.ids) > 0
         height, width = item.image.shape[:2]
-        assert item.detections.boxes[:, 2].max() <= width * 1.5
-        assert item.detections.boxes[:, 3].max() <= height * 1.5
+        assert item.detections.boxes.min() >= 0
+        assert item.detections.boxes[:, [0, 2]].max() <= width + 1e-3
+        assert item.detections.boxes[:, [1, 3]].max() <= height + 1e-3
 
 
 def test_exported_symbol_gives_the_validation(trained, tmp_path):
@@ -144,3 +145,25 @@ def test_infer_and_the_model_sources_of_a_faster_rcnn(trained, tmp_path, capsys)
     assert main(['evaluate', '--model', params, '--data-shape', '128', '--dataset', 'voc',
                  '--dataset-root', root, '--split', 'val']) == 1
     assert 'keeping its aspect ratio' in capsys.readouterr().err
+
+
+def test_a_fixed_size_onnx_export_takes_each_image_fitted_into_its_input(trained, tmp_path):
+    """The ONNX model's input is fixed (``short x max_size`` rounded up, 128 x 160): an image
+    is resized keeping its ratio to fit it and padded to it. Where that is the image's own
+    padded size (the 96 x 128 and 112 x 144 images) the detections are the Gluon net's."""
+    pytest.importorskip('onnxruntime')
+    result, task, params, root = trained
+    path = str(tmp_path / 'frcnn.onnx')
+    export_model(params, path, 'onnx', dynamic_batch=True)
+    model = Predictor.from_model(path)
+    assert model.data_shape == (128, 160) and model.preprocessing == keep_ratio(SHORT, MAX_SIZE, 32)
+    arrays = [read_image(p).asnumpy() for p in _images(root)]
+    expected = Predictor.from_model(params).detect(arrays)
+    got = model.detect(arrays, batch_size=2)
+    for i, (height, width) in enumerate(VAL_SHAPES):
+        if (height, width) in ((96, 128), (112, 144)):
+            comparison = compare_detections([expected[i]], [got[i]])
+            assert comparison.ok and comparison.compared > 0, str(comparison)
+        else:   # fitted (128 x 80 stays 128 x 80), the padding cut off
+            assert got[i].boxes[:, [0, 2]].max() <= width + 1e-3
+    assert 0 <= evaluate_model(path, 'voc', root, 'val', progress=False)['mAP'] <= 1

@@ -145,3 +145,12 @@ def test_a_fixed_input_takes_keep_ratio_images_fitted_and_padded_and_fixed_sizes
         Predictor(BoxRunner(input_shape=(3, 64, 80)), ['a'], fixed_size(64), 'onnxruntime')
     assert 'short 128, max size 160, multiple 32' in repr(Predictor(BoxRunner(), ['a'],
                                                                     keep_ratio(128, 160, 32)))
+
+
+def test_keep_ratio_boxes_are_cut_at_their_image_and_fixed_size_boxes_left_as_the_net_gives():
+    runner = BoxRunner(input_shape=(3, 96, 96))
+    runner.BOX = np.array([-2, 0, 96, 96], np.float32)     # spills into the padding
+    found = Predictor(runner, ['a'], keep_ratio(128, 160)).detect([_image(96, 128)])
+    np.testing.assert_allclose(found[0].boxes, [[0, 0, 128, 96]], rtol=1e-6)   # 72 x 96 input
+    found = Predictor(runner, ['a'], fixed_size(96)).detect([_image(48, 192)])
+    np.testing.assert_allclose(found[0].boxes, [[-4, 0, 192, 48]], rtol=1e-6)

@@ -507,7 +507,8 @@ class Predictor:
         Images are run padded to their own input size (:func:`~gluondet.data.preprocess.
         padded_shape`), those of one size together: padding changes a network's features
         (all of them, through an FPN's top-down path), so an image's detections must not
-        depend on the other images of its batch.
+        depend on the other images of its batch. Keep-ratio boxes are clipped to their
+        image (the network clips them to its input, padding included).
 
         Parameters
         ----------
@@ -537,8 +538,11 @@ class Predictor:
         for i, (data, _, _) in enumerate(samples):
             batch[i, :, :data.shape[1], :data.shape[2]] = data
         ids, scores, boxes = (np.asarray(o)[:count] for o in self.runner(batch))
-        boxes = rescale_boxes(boxes, np.stack([s[2] for s in samples]),
-                              np.array([s[0].shape[1:] for s in samples], np.float32))
+        sizes = np.array([s[0].shape[1:] for s in samples], np.float32)
+        if self.preprocessing['resize'] == 'keep_ratio':    # the net clips to its padded input;
+            edges = np.stack([sizes[:, 1], sizes[:, 0]] * 2, axis=1)[:, None]  # padding is no image
+            boxes = np.clip(boxes, 0, edges)
+        boxes = rescale_boxes(boxes, np.stack([s[2] for s in samples]), sizes)
         detections = []
         for i in range(count):
             keep = ids[i, :, 0] >= 0
