@@ -1,17 +1,21 @@
-"""A trained SSD on real images: the Gluon net vs its float and int8 ONNX models.
+"""A trained detector on real images: the Gluon net vs its float and int8 ONNX models.
 
-Exports the model (a training output ``PREFIX_best.params``, its json beside) to a
-dynamic-batch float ONNX model and to an int8 one calibrated on ``--calib-split``
-images, then on every image of ``--split``:
+Exports the model (a training output ``PREFIX_best.params``, its json beside; SSD or
+Faster R-CNN) to a dynamic-batch float ONNX model and to an int8 one calibrated on
+``--calib-split`` images, then on every image of ``--split``:
 
 - pairs the detections of ONNX Runtime with the Gluon net's (``compare_detections``:
   every detection scoring >= 0.05, scores within 1e-4, boxes within 0.01 px in
-  original pixels); the int8 model's differences are printed too, for information;
-- prints the VOC07 mAP of each of the three (``gluondet evaluate``'s code).
+  original pixels); the int8 model's differences are printed too, for information.
+  A Faster R-CNN's ONNX model takes one input size (``--data-shape``, default its
+  ``short x max_size`` rounded up to its multiple): the Gluon net is compared on the
+  same inputs, each image resized to fit and padded to that size;
+- prints the VOC07 mAP of each of the three (``gluondet evaluate``'s code; the Gluon
+  net's with each image at its own size).
 
     .venv/bin/python benchmarks/onnx_check.py --model runs/bccd/ssd_160_mobilenet0.5_custom_best.params
         [--dataset-root ../shared/datasets/bccd/BCCD --split test --calib-split trainval
-         --calib-batches 8 --method minmax --workdir onnx_check]
+         --calib-batches 8 --method minmax --data-shape 608,800 --workdir onnx_check]
 """
 import argparse
 import os
@@ -26,6 +30,23 @@ BCCD = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..', 'sha
                     'datasets', 'bccd', 'BCCD')
 
 
+class AtFixedInput:
+    """A runner fed as a fixed-size export is (its ``input_shape`` makes the Predictor fit
+    and pad keep-ratio images to it): the Gluon net on the inputs of its ONNX model."""
+
+    def __init__(self, runner, shape):
+        self.runner, self.input_shape = runner, (3,) + tuple(shape)
+        self.batch_range = runner.batch_range
+
+    def __call__(self, batch):
+        return self.runner(batch)
+
+
+def data_shape(text):
+    sides = [int(v) for v in text.split(',')]
+    return tuple(sides * 2 if len(sides) == 1 else sides)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('--model', required=True)
@@ -35,6 +56,8 @@ def main():
     parser.add_argument('--calib-batches', type=int, default=8)
     parser.add_argument('--method', default='minmax')
     parser.add_argument('--batch', type=int, default=8)
+    parser.add_argument('--data-shape', type=data_shape,
+                        help="ONNX input HEIGHT,WIDTH of a Faster R-CNN (default: the model's)")
     parser.add_argument('--workdir', default='onnx_check')
     args = parser.parse_args()
     os.makedirs(args.workdir, exist_ok=True)
@@ -50,11 +73,11 @@ def main():
 
     float_path = os.path.join(args.workdir, 'fp32.onnx')
     int8_path = os.path.join(args.workdir, 'int8.onnx')
-    export_model(args.model, float_path, 'onnx', dynamic_batch=True)
+    export_model(args.model, float_path, 'onnx', data_shape=args.data_shape, dynamic_batch=True)
     start = time.perf_counter()
-    export_model(args.model, int8_path, 'onnx', dynamic_batch=True, precision='int8',
-                 calibration_images=calib_folder, calibration_batches=args.calib_batches,
-                 calibration_method=args.method)
+    export_model(args.model, int8_path, 'onnx', data_shape=args.data_shape, dynamic_batch=True,
+                 precision='int8', calibration_images=calib_folder,
+                 calibration_batches=args.calib_batches, calibration_method=args.method)
     print('int8 export (%s calibration, %d batches of 8 %s images): %.0f s'
           % (args.method, args.calib_batches, args.calib_split, time.perf_counter() - start))
 
@@ -63,9 +86,16 @@ def main():
 
     def detections(predictor):
         return [p.detections for p in predictor.predict(paths, args.batch)]
+    exported = {name: Predictor.from_model(path)
+                for name, path in (('onnx fp32', float_path), ('onnx int8', int8_path))}
+    fixed = exported['onnx fp32'].data_shape
+    if reference.data_shape != fixed:       # a keep-ratio network exported at one size
+        print('comparing on inputs of %dx%d, as the ONNX models take them' % fixed)
+        reference = Predictor(AtFixedInput(reference.runner, fixed), reference.classes,
+                              reference.preprocessing, reference.backend)
     expected = detections(reference)
-    for name, path in (('onnx fp32', float_path), ('onnx int8', int8_path)):
-        result = compare_detections(expected, detections(Predictor.from_model(path)))
+    for name, predictor in exported.items():
+        result = compare_detections(expected, detections(predictor))
         print('%s vs gluon on %d %s images: %s%s' % (name, len(paths), args.split, result,
                                                    '' if result.ok else ' (NOT within tolerance)'))
     for name, path in (('gluon', args.model), ('onnx fp32', float_path),

@@ -134,7 +134,9 @@ def export_model(network, output, fmt='onnx', params=None, pretrained=False, cla
         beside it first (``model.engine`` -> ``model.onnx``).
     fmt : {'symbol', 'onnx', 'tensorrt'}
     params, pretrained, classes, data_shape
-        See :func:`~gluondet.deploy.predictor.load_network`.
+        See :func:`~gluondet.deploy.predictor.load_network`. A Faster R-CNN's ONNX model
+        and engine take ``data_shape`` only (default ``short x max_size``, rounded up
+        to its multiple: any landscape image fits once resized); its symbol takes any size.
     batch_size : int, optional
         ONNX and TensorRT: the fixed batch (default 1); with ``dynamic_batch``
         the largest batch of an engine (default 8). A symbol takes any batch.
@@ -166,11 +168,14 @@ def export_model(network, output, fmt='onnx', params=None, pretrained=False, cla
     _check_export(fmt, output, batch_size, dynamic_batch, precision, calibration)
     net, info = load_network(network, params, pretrained, classes, data_shape)
     shape = info['data_shape']
+    describe = dict(preprocessing=info['preprocessing'],     # and a Faster R-CNN's sizes
+                    **{key: getattr(net, key) for key in ('short', 'max_size')
+                       if getattr(net, key, None) is not None})
     os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
     if fmt == 'symbol':
         files = list(export_symbol(net, output, shape))
         meta = metadata_path(output)
-        _write_json(meta, model_metadata(net, info['network'], shape))
+        _write_json(meta, model_metadata(net, info['network'], shape, **describe))
         return files + [meta]
     from .onnx import export_onnx   # needs the onnx package
     batch = batch_size or (DYNAMIC_MAX_BATCH if dynamic_batch and fmt == 'tensorrt' else 1)
@@ -180,8 +185,9 @@ def export_model(network, output, fmt='onnx', params=None, pretrained=False, cla
         calibrator = CalibrationBatches(
             calibration_images, data_shape=shape[::-1],
             batch_size=DYNAMIC_MAX_BATCH if fixed is None and fmt == 'onnx' else batch,
-            num_batches=calibration_batches, cache_path=calibration_cache)
-    metadata = model_metadata(net, info['network'], shape, fixed)
+            num_batches=calibration_batches, cache_path=calibration_cache,
+            preprocessing=info['preprocessing'])
+    metadata = model_metadata(net, info['network'], shape, fixed, **describe)
     if fmt == 'onnx':
         if precision != 'int8':
             export_onnx(net, output, shape, batch, dynamic_batch, metadata=metadata)
@@ -207,7 +213,7 @@ def export_model(network, output, fmt='onnx', params=None, pretrained=False, cla
                           'built here: %s' % (onnx_path, err)) from err
     meta = metadata_path(output)
     _write_json(meta, model_metadata(net, info['network'], shape, fixed, precision=precision,
-                                     max_batch_size=batch))
+                                     max_batch_size=batch, **describe))
     return [onnx_path, output, meta]
 
 

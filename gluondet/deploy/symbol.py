@@ -2,6 +2,7 @@
 import mxnet as mx
 import numpy as np
 from mxnet import autograd, gluon
+from mxnet.gluon.parameter import DeferredInitializationError
 
 __all__ = ['export_symbol', 'ssd_body', 'rcnn_body', 'rcnn_box_features', 'RCNNBody',
            'input_shape']
@@ -162,6 +163,11 @@ def rcnn_body(net, data_shape):
     names = set()
     for symbol in (rpn, head):
         names |= set(symbol.list_arguments()) | set(symbol.list_auxiliary_states())
-    params = {p.name: p.data() for p in net.collect_params().values() if p.name in names}
+    try:
+        params = {p.name: p.data() for p in net.collect_params().values() if p.name in names}
+    except DeferredInitializationError:     # initialized, never run: a forward sets the shapes
+        with autograd.predict_mode():
+            net(mx.nd.zeros(input_shape(data_shape), ctx=ctx))
+        params = {p.name: p.data() for p in net.collect_params().values() if p.name in names}
     return RCNNBody(rpn, head, params, np.concatenate(anchors, axis=1),
                     [tuple(shape) for shape in map_shapes[:num_maps]])

@@ -7,7 +7,8 @@ network does. Written against TensorRT 8.5 to 10.x (the tensor-name API of
 FP16/INT8 builder flags, gone in 11) and the CUDA runtime of ``cuda-python``.
 
 Everything that can be checked without a GPU is checked first: argument
-values, the ONNX input (read with ``onnx``), batch sizes against it and the
+values, the ONNX input (read with ``onnx``), batch sizes against it, TensorRT's
+documented limits on the graph (:func:`check_tensorrt_limits`) and the
 calibration data. Only then are ``tensorrt`` and ``cuda`` imported, so a
 wrong call fails the same way on a machine without them.
 
@@ -26,12 +27,24 @@ from ..files import atomic_write
 from .calibration import (CalibrationBatches, _cuda, _DeviceBuffer, _import_cudart,
                           _import_tensorrt, _positive_int, make_calibrator)
 
-__all__ = ['PRECISIONS', 'OUTPUT_NAMES', 'TensorRTRunner', 'build_engine', 'read_onnx_input']
+__all__ = ['PRECISIONS', 'OUTPUT_NAMES', 'TOPK_LIMIT', 'TensorRTRunner', 'build_engine',
+           'check_tensorrt_limits', 'read_onnx_input']
 
 logger = logging.getLogger('gluondet.deploy')
 
 PRECISIONS = ('fp32', 'fp16', 'int8')
 OUTPUT_NAMES = ('ids', 'scores', 'boxes')   # the detector outputs, as the ONNX export names them
+# TensorRT's TopK takes k <= 3840 (its operator reference, 8.x to 10.x); its NMS considers at
+# most 5000 boxes per image (2000 on SM 5.3 / 6.2), which the export's NMS inputs, each cut
+# by a TopK, stay under.
+TOPK_LIMIT = 3840
+# what sets each TopK of gluondet's export, by the prefix of its node names
+_TOPK_SETTINGS = {
+    'proposals': "the RPN's pre-NMS top-k (rpn_test_pre_nms, capped by the anchors of the "
+                 'input size) or its post-NMS count (rpn_test_post_nms)',
+    'postprocess': "the detection NMS (set_nms: nms_topk, post_nms; -1 keeps every candidate, "
+                   'classes x regions for Faster R-CNN)',
+}
 
 OnnxInput = collections.namedtuple('OnnxInput', ['name', 'shape', 'nodes'])
 OnnxInput.__doc__ = ('The single input of an ONNX model: name, NCHW shape (-1 where dynamic), '
@@ -75,8 +88,21 @@ def _check_build_args(onnx_path, engine_path, precision, max_batch_size, dynamic
     calibrator.check()
 
 
-def read_onnx_input(onnx_path):
+def _load_onnx(onnx_path):
+    try:
+        import onnx
+    except ImportError as err:
+        raise ImportError('reading the ONNX model needs `pip install onnx`') from err
+    try:
+        return onnx.load(onnx_path, load_external_data=False)
+    except Exception as err:  # protobuf raises several types for bad data
+        raise ValueError('%s is not a readable ONNX model (%s)' % (onnx_path, err)) from None
+
+
+def read_onnx_input(onnx_path, model=None):
     """The single NCHW input of an ONNX model (with ``onnx``, no TensorRT).
+
+    ``model``: the loaded ``onnx.ModelProto`` of ``onnx_path``, if the caller has it.
 
     Returns
     -------
@@ -89,14 +115,7 @@ def read_onnx_input(onnx_path):
         If the file is not an ONNX model, has several inputs, or an input
         that is not NCHW with fixed channels, height and width.
     """
-    try:
-        import onnx
-    except ImportError as err:
-        raise ImportError('reading the ONNX model needs `pip install onnx`') from err
-    try:
-        model = onnx.load(onnx_path, load_external_data=False)
-    except Exception as err:  # protobuf raises several types for bad data
-        raise ValueError('%s is not a readable ONNX model (%s)' % (onnx_path, err)) from None
+    model = model if model is not None else _load_onnx(onnx_path)
     weights = {init.name for init in model.graph.initializer}
     inputs = [i for i in model.graph.input if i.name not in weights]
     if len(inputs) != 1:
@@ -109,6 +128,47 @@ def read_onnx_input(onnx_path):
                          % (onnx_path, inputs[0].name, shape))
     nodes = [(node.name, node.op_type) for node in model.graph.node]
     return OnnxInput(inputs[0].name, shape, nodes)
+
+
+def check_tensorrt_limits(onnx_path, model=None):
+    """Refuse an ONNX model that TensorRT would refuse for a documented limit (on CPU).
+
+    TensorRT's TopK takes ``k <= TOPK_LIMIT`` (3840); a gluondet export has one TopK
+    per top-k cut of its post-processing, with ``k`` the cut (a Faster R-CNN at a large
+    input with GluonCV's 6000 pre-NMS proposals, or its COCO settings that keep every
+    one of classes x regions detections, exceed it). The error names each node, its
+    ``k`` and the setting behind it.
+
+    Parameters
+    ----------
+    onnx_path : str
+    model : onnx.ModelProto, optional
+        The loaded model, if the caller has it.
+
+    Raises
+    ------
+    ValueError
+    """
+    from onnx import numpy_helper
+    model = model if model is not None else _load_onnx(onnx_path)
+    constants = {t.name: t for t in model.graph.initializer}
+    for node in model.graph.node:
+        if node.op_type == 'Constant' and node.attribute and node.attribute[0].name == 'value':
+            constants[node.output[0]] = node.attribute[0].t
+    over = []
+    for node in model.graph.node:
+        if node.op_type != 'TopK' or node.input[1] not in constants:
+            continue
+        k = int(numpy_helper.to_array(constants[node.input[1]]).reshape(-1)[0])
+        if k > TOPK_LIMIT:
+            setting = _TOPK_SETTINGS.get(node.name.split('/')[0])
+            over.append('  node %r: k = %d%s' % (node.name, k,
+                                                  ', set by %s' % setting if setting else ''))
+    if over:
+        raise ValueError('%s cannot become a TensorRT engine: TensorRT takes TopK with k <= %d, '
+                         'and\n%s\nExport with smaller settings (or a smaller input); ONNX '
+                         'Runtime runs this model as it is.' % (onnx_path, TOPK_LIMIT,
+                                                                '\n'.join(over)))
 
 
 def _batch_plan(spec, dynamic_batch, max_batch_size, opt_batch_size, calibrator):
@@ -218,7 +278,8 @@ def build_engine(onnx_path, engine_path, precision='fp32', max_batch_size=1, dyn
     Raises
     ------
     ValueError, TypeError, FileNotFoundError
-        Bad arguments, checked before tensorrt is imported.
+        Bad arguments, or a model beyond TensorRT's limits, checked before tensorrt is
+        imported.
     ImportError
         tensorrt or cuda-python missing.
     RuntimeError
@@ -227,7 +288,10 @@ def build_engine(onnx_path, engine_path, precision='fp32', max_batch_size=1, dyn
     """
     _check_build_args(onnx_path, engine_path, precision, max_batch_size, dynamic_batch,
                       opt_batch_size, calibrator, workspace_mb)
-    spec = read_onnx_input(onnx_path)
+    model = _load_onnx(onnx_path)
+    spec = read_onnx_input(onnx_path, model)
+    check_tensorrt_limits(onnx_path, model)
+    del model
     profile, calibration_shape = _batch_plan(spec, dynamic_batch, max_batch_size, opt_batch_size,
                                              calibrator)
     trt = _import_tensorrt()
