@@ -8,13 +8,15 @@ import pytest
 from mxnet import gluon
 from mxnet.gluon import nn
 
-from gluondet.deploy import compare_detections, detecting_random_weights, export_symbol
+from gluondet.deploy import compare_detections, detecting_random_weights
 from gluondet.model_zoo import get_model, get_model_info, get_model_list
 from gluondet.model_zoo.ssd import SSD
 
 onnx = pytest.importorskip('onnx')
 ort = pytest.importorskip('onnxruntime')
 from gluondet.deploy import UnsupportedOperatorError, export_onnx  # noqa: E402
+from export_checks import (assert_symbol_round_trip, checked_detector,  # noqa: E402
+                           run_onnx)
 
 FAST_NAME = 'ssd_300_mobilenet0.25_voc'
 SSD_NAMES = [n for n in get_model_list() if n.startswith('ssd_')]
@@ -48,15 +50,8 @@ def _detector(name, batch=4, seed=0):
     return net, x, data_shape
 
 
-def _run_onnx(path, x):
-    options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    session = ort.InferenceSession(str(path), options, providers=['CPUExecutionProvider'])
-    return session.run(None, {'data': x.asnumpy()})
-
-
 def _assert_parity(net, path, x, min_per_image=50, expected=None):
-    result = compare_detections(net(x) if expected is None else expected, _run_onnx(path, x))
+    result = compare_detections(net(x) if expected is None else expected, run_onnx(path, x))
     assert result.ok, str(result)
     assert result.compared >= min_per_image * x.shape[0], str(result)
     return result
@@ -66,11 +61,7 @@ def _assert_parity(net, path, x, min_per_image=50, expected=None):
 
 def test_export_symbol_round_trip(tmp_path):
     net, x, data_shape = _detector(FAST_NAME, batch=2)
-    expected = [o.asnumpy() for o in net(x)]
-    json_file, params_file = export_symbol(net, str(tmp_path / 'ssd'), data_shape)
-    imported = gluon.SymbolBlock.imports(json_file, ['data'], params_file)
-    for got, want in zip(imported(x), expected):
-        np.testing.assert_array_equal(got.asnumpy(), want)
+    expected = assert_symbol_round_trip(net, x, str(tmp_path / 'ssd'), data_shape)
     assert (expected[1] >= 0.05).sum() >= 100
 
 
@@ -82,20 +73,7 @@ def test_onnx_model_checks_and_describes_itself(tmp_path, dynamic):
     path = str(tmp_path / 'ssd.onnx')
     export_onnx(net, path, data_shape, batch_size=2, dynamic_batch=dynamic,
                 metadata={'mean': [0.485, 0.456, 0.406]})
-    model = onnx.load(path)
-    onnx.checker.check_model(model, full_check=True)
-    assert [o.version for o in model.opset_import if o.domain in ('', 'ai.onnx')] == [13]
-    names = [node.name for node in model.graph.node]
-    assert all(names) and len(set(names)) == len(names)
-    assert [i.name for i in model.graph.input] == ['data']
-
-    def dims(value):
-        return [d.dim_param or d.dim_value for d in value.type.tensor_type.shape.dim]
-    batch = 'batch' if dynamic else 2
-    assert dims(model.graph.input[0]) == [batch, 3, 300, 300]
-    assert [(o.name, dims(o)) for o in model.graph.output] == [
-        ('ids', [batch, 100, 1]), ('scores', [batch, 100, 1]), ('boxes', [batch, 100, 4])]
-    meta = {p.key: json.loads(p.value) for p in model.metadata_props}
+    _, meta = checked_detector(path, 'batch' if dynamic else 2, (300, 300), 100)
     assert meta['classes'] == list(net.classes) and meta['data_shape'] == [300, 300]
     assert meta['batch_size'] == (None if dynamic else 2)
     assert meta['nms'] == {'score_thresh': 0.01, 'nms_thresh': 0.45, 'nms_topk': 400,
@@ -103,7 +81,7 @@ def test_onnx_model_checks_and_describes_itself(tmp_path, dynamic):
     assert meta['mean'] == [0.485, 0.456, 0.406]
     if not dynamic:
         with pytest.raises(Exception, match='invalid dimensions for input: data'):
-            _run_onnx(path, _images(1, 300, 300))
+            run_onnx(path, _images(1, 300, 300))
 
 
 def test_onnx_names_do_not_depend_on_earlier_networks(tmp_path):
@@ -176,7 +154,7 @@ def test_onnx_uniform_images_tie_like_gluon(tmp_path):
     expected = net(images)
     scores = expected[1].asnumpy()
     assert len(np.unique(scores[0][scores[0] >= 0])) < (scores[0] >= 0).sum()
-    got = _run_onnx(path, images)
+    got = run_onnx(path, images)
     np.testing.assert_array_equal(got[0], expected[0].asnumpy())
     result = compare_detections(expected, got)
     assert result.ok and result.compared >= 100, str(result)
@@ -193,7 +171,7 @@ def test_onnx_nms_settings(tmp_path, nms_topk, post_nms):
     assert 0 < (ids >= 0).sum(axis=1).max() < nms_topk
     path = tmp_path / 'ssd.onnx'
     export_onnx(net, str(path), data_shape, batch_size=2)
-    got = _run_onnx(path, x)
+    got = run_onnx(path, x)
     assert got[0].shape == ids.shape
     np.testing.assert_array_equal(got[0] >= 0, ids >= 0)
     _assert_parity(net, path, x, min_per_image=nms_topk // 2)
@@ -310,5 +288,5 @@ def test_quantize_onnx_checks_its_arguments_and_keeps_detecting(tmp_path):
     assert meta['calibration'] == {'method': 'percentile', 'batches': 2, 'images': 4,
                                    'skipped': 0}
     assert meta['classes'] == ['a', 'b'] and meta['precision'] == 'int8'
-    ids, scores, _ = _run_onnx(out, x)
+    ids, scores, _ = run_onnx(out, x)
     assert ids.shape == (2, 100, 1) and (scores > 0.05).sum() >= 40

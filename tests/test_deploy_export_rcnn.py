@@ -8,13 +8,15 @@ import numpy as np
 import pytest
 from mxnet import gluon
 
-from gluondet.deploy import compare_detections, detecting_random_weights, export_symbol
+from gluondet.deploy import compare_detections, detecting_random_weights
 from gluondet.model_zoo import get_model, get_model_list
 from gluondet.nn.roi import fpn_levels
 
 onnx = pytest.importorskip('onnx')
 ort = pytest.importorskip('onnxruntime')
 from gluondet.deploy import export_onnx  # noqa: E402
+from export_checks import (assert_symbol_round_trip, checked_detector,  # noqa: E402
+                           run_onnx)
 from gluondet.deploy.onnx_graph import (GraphBuilder, add_rcnn_postprocess,  # noqa: E402
                                         add_roi_align, add_rpn_proposals)
 
@@ -47,13 +49,6 @@ def _detector(name, batch=2, seed=0, **kwargs):
     return net, x
 
 
-def _run_onnx(path, x):
-    options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    session = ort.InferenceSession(str(path), options, providers=['CPUExecutionProvider'])
-    return session.run(None, {'data': x.asnumpy() if hasattr(x, 'asnumpy') else x})
-
-
 def _assert_parity(expected, got, min_per_image):
     result = compare_detections(expected, got)
     assert result.ok, str(result)
@@ -68,13 +63,13 @@ def _parity(net, x, tmp_path, batches=(1, 2), dynamic=False, min_per_image=20):
         expected = net(x[:batch])
         path = tmp_path / ('static%d.onnx' % batch)
         export_onnx(net, str(path), SHAPE, batch_size=batch)
-        results['static', batch] = _assert_parity(expected, _run_onnx(path, x[:batch]),
+        results['static', batch] = _assert_parity(expected, run_onnx(path, x[:batch]),
                                                   min_per_image)
         if dynamic:
             path = tmp_path / 'dynamic.onnx'
             if not path.exists():
                 export_onnx(net, str(path), SHAPE, dynamic_batch=True)
-            results['dynamic', batch] = _assert_parity(expected, _run_onnx(path, x[:batch]),
+            results['dynamic', batch] = _assert_parity(expected, run_onnx(path, x[:batch]),
                                                        min_per_image)
     return results
 
@@ -131,7 +126,7 @@ def _check_nms_settings(net, x, tmp_path, settings):
     assert ids.shape == (2, rows, 1)
     path = tmp_path / 'rcnn.onnx'
     export_onnx(net, str(path), SHAPE, batch_size=2)
-    got = _run_onnx(path, x)
+    got = run_onnx(path, x)
     assert got[0].shape == ids.shape
     np.testing.assert_array_equal(got[0] >= 0, ids >= 0)
     _assert_parity(expected, got, min_per_image=min(40, (ids >= 0).sum(axis=1).min()))
@@ -277,22 +272,9 @@ def test_onnx_model_checks_and_describes_itself(detector, tmp_path):
         path = str(tmp_path / ('dynamic.onnx' if dynamic else 'static.onnx'))
         export_onnx(net, path, SHAPE, batch_size=2, dynamic_batch=dynamic,
                     metadata={'mean': [0.485, 0.456, 0.406]})
-        model = onnx.load(path)
-        onnx.checker.check_model(model, full_check=True)
-        assert [o.version for o in model.opset_import if o.domain in ('', 'ai.onnx')] == [13]
-        names = [node.name for node in model.graph.node]
-        assert all(names) and len(set(names)) == len(names)
-        assert [i.name for i in model.graph.input] == ['data']
+        model, meta = checked_detector(path, 'batch' if dynamic else 2, SHAPE, 100)
         ops = {node.op_type for node in model.graph.node}
         assert {'RoiAlign', 'NonMaxSuppression', 'Conv', 'Gemm'} <= ops
-
-        def dims(value):
-            return [d.dim_param or d.dim_value for d in value.type.tensor_type.shape.dim]
-        batch = 'batch' if dynamic else 2
-        assert dims(model.graph.input[0]) == [batch, 3, 128, 160]
-        assert [(o.name, dims(o)) for o in model.graph.output] == [
-            ('ids', [batch, 100, 1]), ('scores', [batch, 100, 1]), ('boxes', [batch, 100, 4])]
-        meta = {p.key: json.loads(p.value) for p in model.metadata_props}
         assert meta['classes'] == ['a', 'b', 'c'] and meta['data_shape'] == [128, 160]
         assert meta['batch_size'] == (None if dynamic else 2)
         assert meta['nms'] == {'score_thresh': 0.01, 'nms_thresh': 0.5, 'nms_topk': -1,
@@ -302,9 +284,9 @@ def test_onnx_model_checks_and_describes_itself(detector, tmp_path):
         assert (meta['short'], meta['max_size'], meta['fixed_input_size']) == (600, 1000, True)
         assert meta['mean'] == [0.485, 0.456, 0.406]
     with pytest.raises(Exception, match='invalid dimensions for input: data'):
-        _run_onnx(tmp_path / 'static.onnx', _images(1))
+        run_onnx(tmp_path / 'static.onnx', _images(1))
     with pytest.raises(Exception, match='invalid dimensions for input: data'):
-        _run_onnx(tmp_path / 'dynamic.onnx', _images(1, shape=(160, 128)))
+        run_onnx(tmp_path / 'dynamic.onnx', _images(1, shape=(160, 128)))
 
 
 def test_onnx_refuses_roi_pooling(tmp_path):
@@ -317,11 +299,7 @@ def test_onnx_refuses_roi_pooling(tmp_path):
 
 def test_export_symbol_gives_identical_outputs(detector, tmp_path):
     net, x = detector
-    expected = [o.asnumpy() for o in net(x)]
-    json_file, params_file = export_symbol(net, str(tmp_path / 'rcnn'), SHAPE)
-    imported = gluon.SymbolBlock.imports(json_file, ['data'], params_file)
-    for got, want in zip(imported(x), expected):
-        np.testing.assert_array_equal(got.asnumpy(), want)
+    expected = assert_symbol_round_trip(net, x, str(tmp_path / 'rcnn'), SHAPE)
     assert (expected[1] >= 0.05).sum() >= 100
 
 
@@ -338,7 +316,7 @@ def test_export_model_writes_onnx_int8_onnx_and_symbol_described(saved_detector,
     assert (meta['short'], meta['max_size']) == (600, 1000)
     assert meta['preprocessing']['resize'] == 'keep_ratio'
     assert meta['preprocessing']['short'] == 600 and meta['preprocessing']['multiple'] == 32
-    _assert_parity(net(x), _run_onnx(model, x), min_per_image=80)
+    _assert_parity(net(x), run_onnx(model, x), min_per_image=80)
 
     # int8: calibration images of other sizes, resized keeping their ratio into the input
     folder = tmp_path / 'calibration'
@@ -354,7 +332,7 @@ def test_export_model_writes_onnx_int8_onnx_and_symbol_described(saved_detector,
     meta = {p.key: json.loads(p.value) for p in quantized.metadata_props}
     assert meta['precision'] == 'int8' and meta['rpn']['post_nms'] == 300
     assert meta['calibration'] == {'method': 'minmax', 'batches': 2, 'images': 4, 'skipped': 0}
-    ids, scores, boxes = _run_onnx(int8, x)
+    ids, scores, boxes = run_onnx(int8, x)
     assert ids.shape == (2, 100, 1) and (scores > 0.05).sum() >= 50 and np.isfinite(boxes).all()
 
     prefix = str(tmp_path / 'rcnn')
@@ -374,16 +352,18 @@ def no_tensorrt(monkeypatch):
     monkeypatch.setitem(sys.modules, 'tensorrt', None)
 
 
-def test_tensorrt_export_checks_pass_up_to_the_build(saved_detector, tmp_path, no_tensorrt):
+def test_tensorrt_export_checks_pass_up_to_the_build(saved_detector, tmp_path, no_tensorrt,
+                                                     capsys):
+    from gluondet.cli import main
     from gluondet.deploy import tensorrt as gt
-    from gluondet.deploy.infer import export_model
     params, _, _ = saved_detector
     engine = str(tmp_path / 'rcnn.engine')
-    with pytest.raises(ImportError, match='the ONNX model is written to .*rcnn.onnx, but the '
-                                          'TensorRT engine cannot be built here'):
-        export_model(FAST_NAME, engine, 'tensorrt', params=params, classes=['a', 'b', 'c'],
-                     data_shape=SHAPE, dynamic_batch=True, batch_size=4)
+    assert main(['export', '--network', FAST_NAME, '--params', params, '--classes', 'a,b,c',
+                 '--data-shape', '128,160', '--format', 'tensorrt', '-o', engine,
+                 '--dynamic-batch', '--batch-size', '4']) == 1
     onnx_path = str(tmp_path / 'rcnn.onnx')
+    assert ('gluondet export: error: the ONNX model is written to %s, but the TensorRT engine '
+            'cannot be built here' % onnx_path) in capsys.readouterr().err
     spec = gt.read_onnx_input(onnx_path)
     assert spec.shape == (-1, 3, 128, 160) and ('proposals/NonMaxSuppression' in
                                                 ' '.join(name for name, _ in spec.nodes))

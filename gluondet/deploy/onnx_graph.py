@@ -166,9 +166,9 @@ def _take(g, data, index):
     return g.op('GatherND', [data, g.op('Unsqueeze', [index, g.ints(2)])], batch_dims=1)
 
 
-def _column(g, values, dtype_cast=False):
-    """``B x K`` -> ``B x K x 1`` float (cast from int64 if ``dtype_cast``)."""
-    if dtype_cast:
+def _column(g, values, cast=False):
+    """``B x K`` -> ``B x K x 1`` float (cast from int64 if ``cast``)."""
+    if cast:
         values = g.op('Cast', [values], to=TensorProto.FLOAT)
     return g.op('Unsqueeze', [values, g.ints(2)])
 
