@@ -1,11 +1,11 @@
 """FasterRCNNTask on the engine: a short run on demo images trains, validates and saves."""
-import math
-
+import mxnet as mx
 import numpy as np
 import pytest
 
 from gluondet.data import DemoDetection
 from gluondet.engine import TrainConfig, fit
+from gluondet.model_zoo import get_model
 from gluondet.tasks import FasterRCNNTask
 
 
@@ -35,14 +35,20 @@ def test_one_epoch_trains_and_validates(demo, tmp_path, network):
     for name in ('loss_rpn_obj', 'loss_rpn_box', 'loss_cls', 'loss_box'):
         assert name in lines
     assert task.meta()['short'] == 128 and task.multiple == (32 if 'fpn' in network else 1)
+    # from scratch the backbone's BatchNorm learns batch statistics
+    assert np.abs(result.net.backbone.bn1.running_mean.data().asnumpy()).max() > 0
 
 
-def test_pretrained_base_freezes_gluoncv_layers(demo):
+def test_pretrained_base_freezes_gluoncv_layers_and_global_statistics(demo):
     train, val = demo
     task = FasterRCNNTask('faster_rcnn_resnet18_v1b_custom', train, val, pretrained_base=False)
-    net = task.build_net([__import__('mxnet').cpu()])
+    scratch = task.build_net([mx.cpu()])
+    assert not scratch.backbone.bn1._kwargs['use_global_stats']
     task.pretrained_base = True
-    frozen = set(net.collect_params().keys()) - set(task.train_params(net).keys())
-    assert net.backbone.stage_params('stem', 'layer1').keys() <= frozen
-    assert not math.isnan(len(frozen)) and np.all([not n.endswith('_weight') or 'layer1' in n
-                                                   or 'conv1' in n for n in frozen])
+    frozen = set(scratch.collect_params().keys()) - set(task.train_params(scratch).keys())
+    stem = set(scratch.backbone.stage_params('stem', 'layer1').keys())
+    norms = {n for n in scratch.collect_params().keys()
+             if n.endswith(('gamma', 'beta', 'running_mean', 'running_var'))}
+    assert frozen == stem | norms
+    zoo = get_model('faster_rcnn_resnet18_v1b_custom', classes=['a'], pretrained_base=False)
+    assert zoo.backbone.bn1._kwargs['use_global_stats']    # the zoo's: GluonCV's frozen BN

@@ -32,8 +32,10 @@ class FasterRCNNTask:
         ``(low, high)`` range for multi-scale training (validation uses ``low``).
     pretrained_base : bool
         Start the backbone from its ImageNet weights. Then the stem, ``layer1`` and
-        every norm layer stay frozen (GluonCV's ``train_patterns``); from scratch,
-        every parameter trains (norm layers keep global statistics: a learnt affine).
+        every norm layer stay frozen (GluonCV's ``train_patterns``). From scratch every
+        parameter trains and the backbone's BatchNorm uses batch statistics (unless
+        ``model_kwargs`` sets the norm layer): the global statistics of a random network
+        normalize nothing, and so trained, a ResNet-50's losses diverged.
     model_kwargs : dict
         More arguments for ``get_model``.
     rpn_rho, rcnn_rho : float
@@ -72,6 +74,8 @@ class FasterRCNNTask:
         kwargs = dict(self.model_kwargs)
         if self.network.endswith('_custom'):
             kwargs['classes'] = self.classes
+        if not self.pretrained_base and 'norm_layer' not in kwargs:
+            kwargs.setdefault('norm_kwargs', {'use_global_stats': False})
         net = get_model(self.network, pretrained_base=self.pretrained_base, **kwargs)
         if tuple(net.classes) != self.classes:
             raise ValueError('%s predicts %d classes %s but the data has %s; use the *_custom '
