@@ -211,7 +211,7 @@ def test_the_log_gets_the_lines_and_with_verbose_the_trainable_parameters(caplog
 
 def _run(*argv, **kwargs):
     return subprocess.run([sys.executable] + list(argv), capture_output=True, text=True,
-                          timeout=300, **kwargs)
+                          timeout=900, **kwargs)
 
 
 @pytest.mark.parametrize('argv, message', [
