@@ -11,14 +11,15 @@ import sys
 
 def _demo_arguments(parser):
     parser.add_argument('--output', default='demo_out', help='folder for the demo outputs')
+    parser.add_argument('--detector', default='ssd', choices=('ssd', 'faster_rcnn'),
+                        help='which recipe: the SSD (make demo) or the Faster R-CNN one')
     parser.add_argument('--epochs', type=int, help="training epochs (default: the recipe's)")
     parser.add_argument('--seed', type=int, help="random seed (default: the recipe's)")
 
 
 def _demo(args):
     from . import demo
-    demo.run_demo(args.output, epochs=args.epochs or demo.EPOCHS,
-                  seed=demo.SEED if args.seed is None else args.seed)
+    demo.run_demo(args.output, args.detector, epochs=args.epochs, seed=args.seed)
     return 0
 
 
@@ -153,7 +154,7 @@ def _evaluate(args):
 
 
 COMMANDS = [
-    ('demo', 'train the small SSD on the embedded demo data and print its mAP',
+    ('demo', 'train a small SSD (or Faster R-CNN) on the embedded demo data and print its mAP',
      _demo_arguments, _demo),
     ('export', 'export a detector as an MXNet symbol, an ONNX model or a TensorRT engine',
      _export_arguments, _export),

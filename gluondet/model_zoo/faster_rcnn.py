@@ -297,7 +297,8 @@ _COCO_FPN = dict(short=800, max_size=1333, nms_thresh=0.5, nms_topk=-1, post_nms
                  strides=(4, 8, 16, 32, 64), anchor_sizes=_RPN_SIZES, alloc_size=(384, 384),
                  roi_size=(7, 7), rpn_test_post_nms=1000, rpn_min_size=1, clip=4.14,
                  num_sample=512)
-# gluondet's small networks, to train on a CPU: a narrow RPN, fewer proposals, 100 detections.
+# gluondet's small networks, to train on a CPU: a narrow RPN (and FPN and box head), fewer
+# proposals, 100 detections.
 _SMALL = dict(rpn_channel=256, rpn_train_pre_nms=4000, rpn_train_post_nms=1000,
               rpn_test_pre_nms=2000, rpn_test_post_nms=300, nms_thresh=0.5, nms_topk=-1,
               post_nms=100, rpn_min_size=4, clip=4.14)
@@ -315,8 +316,9 @@ FASTER_RCNN_ARCHS = {
         backbone='resnet18_v1b', fpn=False, datasets={'custom': dict(_VOC_C4, **_SMALL)}),
     'faster_rcnn_fpn_resnet18_v1b': dict(
         backbone='resnet18_v1b', fpn=True,
-        datasets={'custom': dict(_COCO_FPN, short=600, max_size=1000, num_sample=256,
-                                 **_SMALL)}),
+        datasets={'custom': dict(_COCO_FPN, short=600, max_size=1000, num_sample=128,
+                                 **dict(_SMALL, rpn_channel=128, fpn_channels=128,
+                                        box_units=512))}),
 }
 
 
