@@ -184,6 +184,8 @@ def test_rpn_proposals_are_rpnproposal_bit_for_bit(pre_nms, post_nms, min_size):
     dict(nms_thresh=0.5, nms_topk=-1, post_nms=200),
     dict(nms_thresh=0.3, nms_topk=20, post_nms=-1),
     dict(nms_thresh=0.4, nms_topk=50, post_nms=230, force_nms=True),
+    dict(nms_thresh=0.0, nms_topk=-1, post_nms=-1),     # box_nms: any overlap suppresses
+    dict(nms_thresh=1.5, nms_topk=30, post_nms=-1),     # nothing is suppressed
 ])
 def test_rcnn_detections_are_perclassnms(settings):
     # regions share a few logit vectors (ties in every class) and overlap: which tied box
@@ -218,7 +220,7 @@ def test_rcnn_detections_are_perclassnms(settings):
     assert [o.shape for o in got] == [o.shape for o in expected]
     np.testing.assert_array_equal(got[0] >= 0, expected[0].asnumpy() >= 0)
     result = compare_detections(expected, got, min_score=0, score_tol=1e-6, box_tol=1e-6)
-    assert result.ok and result.compared >= 60, str(result)
+    assert result.ok and result.compared >= 30, str(result)
 
 
 def test_fpn_roi_levels_are_fpn_levels_exactly():
@@ -238,7 +240,9 @@ def test_fpn_roi_levels_are_fpn_levels_exactly():
                      axis=1)[None]
     maps = {'map%d' % i: np.full((1, 1, 4, 4), float(2 + i), np.float32) for i in range(4)}
     g = GraphBuilder('rois')
-    add_roi_align(g, 'boxes', list(maps), (2, 2), [1e6] * 4, 2, _fpn_level_bounds(2, 5), 2)
+    levels = dict(min_level=2, canonical_size=224.0, eps=1e-6,
+                  bounds=_fpn_level_bounds(2, 4, canonical_level=4))
+    add_roi_align(g, 'boxes', list(maps), (2, 2), [1e6] * 4, 2, levels)
     got, = _run_graph(g, dict(maps, boxes=boxes), [('pooled', 4)])
     rois = mx.nd.array(np.concatenate([np.zeros((boxes.shape[1], 1)), boxes[0]], axis=1))
     expected = fpn_levels(mx.nd, rois, 2, 5).asnumpy()

@@ -146,10 +146,17 @@ def _rcnn_graph(net, shape, dynamic_batch):
     add_rpn_proposals(regions, 'rpn_scores', 'rpn_offsets', body.anchors, shape[2:],
                       proposal.nms_thresh, pre_nms, num_rois, proposal.min_size, proposal.clip)
     num_maps = len(body.map_shapes)
+    levels = None
+    if num_maps > 1:
+        spec = {k: v.default for k, v in inspect.signature(fpn_levels).parameters.items()
+                if k in ('canonical_size', 'canonical_level', 'eps')}
+        levels = dict(bounds=_fpn_level_bounds(extractor.min_level, num_maps,
+                                               spec['canonical_level']),
+                      min_level=extractor.min_level, canonical_size=spec['canonical_size'],
+                      eps=spec['eps'])
     add_roi_align(regions, 'proposals', ['roi_map%d' % i for i in range(num_maps)],
                   extractor.size, extractor.strides, getattr(extractor, 'sample_ratio', 2),
-                  _fpn_level_bounds(extractor.min_level, extractor.min_level + num_maps - 1),
-                  extractor.min_level, 'pooled')
+                  levels, 'pooled')
     _append(graph, regions)
     pooled = (shape[0] * num_rois,) + tuple(body.map_shapes[0][1:2]) + tuple(extractor.size)
     head = _convert_body(body.head, body.params, [('pooled', pooled)], dynamic_batch,
@@ -176,24 +183,22 @@ def _rcnn_graph(net, shape, dynamic_batch):
     return graph, rows, props
 
 
-def _fpn_level_bounds(min_level, max_level):
-    """For each level above ``min_level``, the least float32 ``v = sqrt(area) / 224 + eps``
-    that :func:`~gluondet.nn.roi.fpn_levels` puts at that level or above.
+def _fpn_level_bounds(min_level, num_levels, canonical_level):
+    """For each level above ``min_level``, the least float32 ``v`` (``sqrt(area) /
+    canonical_size + eps``) that :func:`~gluondet.nn.roi.fpn_levels` puts at that level
+    or above.
 
-    ``fpn_levels`` computes ``floor(4 + log2(v))`` with MXNet's ``log2``; comparing ``v``
-    with these bounds gives its levels exactly (a log in ONNX ops would not, near the
-    boundaries). Found by bisection over float32 values with MXNet itself.
+    ``fpn_levels`` computes ``floor(canonical_level + log2(v))`` with MXNet's ``log2``;
+    comparing ``v`` with these bounds gives its levels exactly (a log in ONNX ops would
+    not, near the boundaries: the bound of level 3 is the float below 0.5). Found by
+    bisection over float32 values with MXNet itself.
     """
-    if max_level == min_level:
-        return None
-    canonical_level = inspect.signature(fpn_levels).parameters['canonical_level'].default
-
     def level_of(bits):
         v = mx.nd.array(np.int32(bits).view(np.float32).reshape(1))
         return float(mx.nd.floor(canonical_level + mx.nd.log2(v)).asscalar())
 
     bounds = []
-    for level in range(min_level + 1, max_level + 1):
+    for level in range(min_level + 1, min_level + num_levels):
         low, high = np.float32(0).view(np.int32), np.float32(1e6).view(np.int32)
         while high - low > 1:      # positive floats are ordered as their bit patterns
             mid = (int(low) + int(high)) // 2

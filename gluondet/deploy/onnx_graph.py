@@ -301,14 +301,14 @@ def add_rpn_proposals(g, scores, offsets, anchors, image_size, nms_thresh, pre_n
                  [output])
 
 
-def add_roi_align(g, proposals, maps, size, strides, sample_ratio=2, level_bounds=None,
-                  min_level=2, output='pooled'):
+def add_roi_align(g, proposals, maps, size, strides, sample_ratio=2, levels=None,
+                  output='pooled'):
     """Append :class:`gluondet.nn.ROIExtractor` (ROI Align, not pixel-aligned).
 
     ONNX's ``RoiAlign`` at opset 13 is MXNet's ``ROIAlign(aligned=False)`` (the same
     bits, checked on ROIs inside, across and outside the map and the -1 rows). With
     several maps (FPN), every level pools every ROI and each ROI keeps its own level's
-    output, as the Gluon block does.
+    output, the values of the Gluon block (which pools each level's own ROIs only).
 
     Parameters
     ----------
@@ -322,12 +322,11 @@ def add_roi_align(g, proposals, maps, size, strides, sample_ratio=2, level_bound
     strides : sequence of int
         Stride of each map.
     sample_ratio : int
-    level_bounds : sequence of float, optional
-        With several maps: ROIs whose ``sqrt(area) / 224 + 1e-6`` (inclusive pixels, as
-        :func:`~gluondet.nn.roi.fpn_levels`) is at least ``level_bounds[i]`` belong to
-        level ``min_level + i + 1`` or above.
-    min_level : int
-        Level of the first map.
+    levels : dict, optional
+        With several maps, how :func:`~gluondet.nn.roi.fpn_levels` assigns them:
+        ``min_level`` (the first map's), ``canonical_size``, ``eps`` and ``bounds``: an
+        ROI whose ``v = sqrt(area) / canonical_size + eps`` (inclusive pixels) is at least
+        ``bounds[i]`` belongs to level ``min_level + i + 1`` or above.
     output : str
         Name of the ``(B * P) x C x size`` output.
     """
@@ -349,16 +348,16 @@ def add_roi_align(g, proposals, maps, size, strides, sample_ratio=2, level_bound
     one = g.scalar(1)
     area = g.op('Mul', [g.op('Add', [g.op('Sub', [xmax, xmin]), one]),
                         g.op('Add', [g.op('Sub', [ymax, ymin]), one])])
-    ratio = g.op('Add', [g.op('Div', [g.op('Sqrt', [area]), g.scalar(224.0)]),
-                         g.scalar(1e-6)])                                      # R x 1
-    level = g.scalar(min_level)
-    for bound in level_bounds:
+    ratio = g.op('Add', [g.op('Div', [g.op('Sqrt', [area]), g.scalar(levels['canonical_size'])]),
+                         g.scalar(levels['eps'])])                            # R x 1
+    level = g.scalar(levels['min_level'])
+    for bound in levels['bounds']:
         above = g.op('Cast', [g.op('GreaterOrEqual', [ratio, g.scalar(bound)])],
                      to=TensorProto.FLOAT)
         level = g.op('Add', [level, above])
     level = g.op('Reshape', [level, g.ints(-1, 1, 1, 1)])
     zero = g.scalar(0)
-    mine = [g.op('Where', [g.op('Equal', [level, g.scalar(min_level + i)]), out, zero])
+    mine = [g.op('Where', [g.op('Equal', [level, g.scalar(levels['min_level'] + i)]), out, zero])
             for i, out in enumerate(pooled)]
     return g.op('Sum', mine, outputs=[output])
 
