@@ -9,7 +9,7 @@ from mxnet.gluon import nn
 
 from ..model_zoo.faster_rcnn import FasterRCNN
 from ..nn.roi import roi_rows
-from .symbol import rcnn_box_features, ssd_body
+from .symbol import ssd_body
 
 __all__ = ['DetectionComparison', 'compare_detections', 'detecting_random_weights']
 
@@ -218,7 +218,7 @@ def _rcnn_detecting(net, x, class_std, max_gap):
         _, proposals = net.proposal(x, *(anchors + list(scores) + list(offsets)))
         pooled = net.roi_extractor(roi_rows(mx.nd, proposals),
                                    *maps[:len(net.roi_extractor.strides)])
-        box_feat = rcnn_box_features(mx.nd, net, pooled)
+        box_feat = net.box_head(mx.nd, pooled)
         _fit(net.class_predictor, net.class_predictor(box_feat).asnumpy(), class_std,
              gap=max_gap)
         _fit(net.box_predictor, net.box_predictor(box_feat).asnumpy(), 1, 4)

@@ -155,7 +155,7 @@ def _rcnn_graph(net, shape, dynamic_batch):
                       min_level=extractor.min_level, canonical_size=spec['canonical_size'],
                       eps=spec['eps'])
     add_roi_align(regions, 'proposals', ['roi_map%d' % i for i in range(num_maps)],
-                  extractor.size, extractor.strides, getattr(extractor, 'sample_ratio', 2),
+                  extractor.size, extractor.strides, extractor.sample_ratio,
                   levels, 'pooled')
     _append(graph, regions)
     pooled = (shape[0] * num_rois,) + tuple(body.map_shapes[0][1:2]) + tuple(extractor.size)
@@ -172,7 +172,7 @@ def _rcnn_graph(net, shape, dynamic_batch):
     rows = add_rcnn_postprocess(
         post, 'cls_preds', 'box_preds', 'proposals', num_rois, net.num_classes,
         net.box_decoder.stds, net.box_decoder.clip, nms.score_thresh, nms.nms_thresh,
-        nms.nms_topk, nms.post_nms, nms.force_nms, getattr(nms, 'valid_thresh', 1e-4), OUTPUTS)
+        nms.nms_topk, nms.post_nms, nms.force_nms, nms.valid_thresh, OUTPUTS)
     _append(graph, post)
     props = {'nms': {'score_thresh': nms.score_thresh, 'nms_thresh': nms.nms_thresh,
                      'nms_topk': nms.nms_topk, 'post_nms': nms.post_nms,

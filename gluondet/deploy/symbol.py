@@ -4,8 +4,7 @@ import numpy as np
 from mxnet import autograd, gluon
 from mxnet.gluon.parameter import DeferredInitializationError
 
-__all__ = ['export_symbol', 'ssd_body', 'rcnn_body', 'rcnn_box_features', 'RCNNBody',
-           'input_shape']
+__all__ = ['export_symbol', 'ssd_body', 'rcnn_body', 'RCNNBody', 'input_shape']
 
 
 def input_shape(data_shape, batch_size=1):
@@ -117,15 +116,6 @@ class RCNNBody:
         self.anchors, self.map_shapes = anchors, map_shapes
 
 
-def rcnn_box_features(F, net, pooled):
-    """The per-region features the predictors take, as :class:`FasterRCNN` computes them:
-    ``layer4`` and global average pooling (C4), or the box head's dense layers (FPN)."""
-    if net.box_features is None:
-        top = net.backbone.layer4(pooled)
-        return F.contrib.AdaptiveAvgPooling2D(top, output_size=1).reshape((0, -1))
-    return net.box_features(pooled)
-
-
 def rcnn_body(net, data_shape):
     """A Faster R-CNN cut where ONNX export builds the region stages in standard ops.
 
@@ -148,7 +138,7 @@ def rcnn_body(net, data_shape):
     with autograd.predict_mode():
         maps = net.features(data)
         heads = [net.rpn_head(feature) for feature in maps]
-        box_feat = rcnn_box_features(mx.sym, net, pooled)
+        box_feat = net.box_head(mx.sym, pooled)
         cls_preds, box_preds = net.class_predictor(box_feat), net.box_predictor(box_feat)
     rpn = mx.sym.Group(
         [mx.sym.identity(mx.sym.concat(*[s for s, _ in heads], dim=1), name='rpn_scores'),

@@ -141,7 +141,8 @@ class FasterRCNN(Detector):
         Parameters
         ----------
         nms_thresh : float
-            IoU threshold; outside (0, 1) nothing is suppressed.
+            IoU above which a lower-scoring box (of the same class) is suppressed;
+            1 or more suppresses nothing (MXNet's ``box_nms``, as GluonCV).
         nms_topk : int
             Best candidates per class entering NMS, -1 for all.
         force_nms : bool
@@ -171,6 +172,14 @@ class FasterRCNN(Detector):
         maps = self.backbone(x)
         return maps if self.fpn is None else self.fpn(*maps)
 
+    def box_head(self, F, pooled):
+        """Per-region features for the predictors: ``layer4`` and global average pooling
+        (C4), or the box head's dense layers (FPN). ``R x C x h x w`` -> ``R x D``."""
+        if self.box_features is None:
+            top = self.backbone.layer4(pooled)
+            return F.contrib.AdaptiveAvgPooling2D(top, output_size=1).reshape((0, -1))
+        return self.box_features(pooled)
+
     def hybrid_forward(self, F, x, gt_boxes=None, gt_ids=None):
         training = autograd.is_training()
         if training and (gt_boxes is None or gt_ids is None):
@@ -192,11 +201,7 @@ class FasterRCNN(Detector):
         num_rois = self.sampler.num_sample if training else self.proposal.counts(False)[1]
         roi_maps = maps if self.fpn is None else maps[:4]
         pooled = self.roi_extractor(F.stop_gradient(roi_rows(F, rois)), *roi_maps)
-        if self.box_features is None:
-            top = self.backbone.layer4(pooled)
-            box_feat = F.contrib.AdaptiveAvgPooling2D(top, output_size=1).reshape((0, -1))
-        else:
-            box_feat = self.box_features(pooled)
+        box_feat = self.box_head(F, pooled)
         cls_preds = self.class_predictor(box_feat).reshape((-1, num_rois, self.num_classes + 1))
         if training:
             num_pos = self.sampler.max_pos

@@ -111,7 +111,7 @@ class PerClassNMS(gluon.HybridBlock):
     ----------
     score_thresh : float
     nms_thresh : float
-        IoU threshold; outside (0, 1) nothing is suppressed.
+        IoU above which a lower-scoring box is suppressed; 1 or more suppresses nothing.
     nms_topk : int
         Candidates per class entering NMS, -1 for all.
     post_nms : int
@@ -133,6 +133,7 @@ class PerClassNMS(gluon.HybridBlock):
         self.nms_topk = nms_topk
         self.post_nms = post_nms
         self.force_nms = force_nms
+        self.valid_thresh = 0.0001   # box_nms's, on scores already cut at score_thresh
 
     def hybrid_forward(self, F, probs, boxes):
         scores = F.transpose(F.slice_axis(probs, axis=-1, begin=1, end=None), (0, 2, 1))
@@ -144,7 +145,8 @@ class PerClassNMS(gluon.HybridBlock):
                         F.transpose(boxes, (0, 2, 1, 3)), dim=-1)          # B x C x N x 6
         rows = rows.reshape((0, -3, 0)) if self.force_nms else rows.reshape((-3, 0, 0))
         rows = F.contrib.box_nms(rows, overlap_thresh=self.nms_thresh, topk=self.nms_topk,
-                                 valid_thresh=0.0001, id_index=0, score_index=1, coord_start=2,
+                                 valid_thresh=self.valid_thresh, id_index=0, score_index=1,
+                                 coord_start=2,
                                  force_suppress=self.force_nms)
         if not self.force_nms:
             rows = rows.reshape((-4, -1, self.num_classes, -2)).reshape((0, -3, 0))

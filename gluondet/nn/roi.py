@@ -58,11 +58,13 @@ class ROIExtractor(gluon.HybridBlock):
         self.strides = tuple(strides)
         self.mode = mode
         self.min_level = min_level
+        self.sample_ratio = 2
 
     def _pool(self, F, feature, rois, stride):
         if self.mode == 'pool':
             return F.ROIPooling(feature, rois, self.size, 1.0 / stride)
-        return F.contrib.ROIAlign(feature, rois, self.size, 1.0 / stride, sample_ratio=2)
+        return F.contrib.ROIAlign(feature, rois, self.size, 1.0 / stride,
+                                  sample_ratio=self.sample_ratio)
 
     def hybrid_forward(self, F, rois, *maps):
         if len(maps) == 1:
