@@ -68,11 +68,9 @@ import tempfile
 import time
 import warnings
 
-BCCD = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..', 'shared',
-                    'datasets', 'bccd')
+from bench_ssd_train import BCCD, CLASSES, ROLES, Head  # noqa: E402  (this folder's)
+
 NETWORK = 'faster_rcnn_resnet50_v1b_voc'
-CLASSES = ('RBC', 'WBC', 'Platelets')
-ROLES = ('gluoncv', 'gluondet', 'compute')
 LR, WD, MOMENTUM = 0.001, 5e-4, 0.9            # GluonCV's VOC defaults for this script
 # Set by GluonCV's train_faster_rcnn.py before it imports mxnet (the GPU ones do nothing here).
 GLUONCV_ENV = {
@@ -84,29 +82,6 @@ GLUONCV_ENV = {
     'MXNET_GPU_COPY_NTHREADS': '1',
     'MXNET_OPTIMIZER_AGGREGATION_SIZE': '54',
 }
-
-
-class Head:
-    """The first ``count`` items of a detection dataset, with ``classes``, ``transform``
-    and (when the dataset has it) ``image_size``."""
-
-    def __init__(self, dataset, count):
-        self.dataset, self.count = dataset, min(count, len(dataset))
-        self.classes = dataset.classes
-        if hasattr(dataset, 'image_size'):
-            self.image_size = dataset.image_size
-
-    def __len__(self):
-        return self.count
-
-    def __getitem__(self, idx):
-        if not 0 <= idx < self.count:
-            raise IndexError(idx)
-        return self.dataset[idx]
-
-    def transform(self, fn, lazy=True):
-        from mxnet import gluon
-        return gluon.data.SimpleDataset(self).transform(fn, lazy)
 
 
 def _rss_mb():

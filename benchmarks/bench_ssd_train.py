@@ -43,11 +43,14 @@ ROLES = ('gluoncv', 'gluondet', 'compute')
 
 
 class Head:
-    """The first ``count`` items of a dataset (lazily), keeping ``classes`` and ``transform``."""
+    """The first ``count`` items of a dataset (lazily), keeping ``classes``, ``transform`` and
+    (when the dataset has it) ``image_size``; bench_rcnn_train.py uses it too."""
 
     def __init__(self, dataset, count):
         self.dataset, self.count = dataset, min(count, len(dataset))
         self.classes = dataset.classes
+        if hasattr(dataset, 'image_size'):
+            self.image_size = dataset.image_size
 
     def __len__(self):
         return self.count

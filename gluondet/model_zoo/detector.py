@@ -36,6 +36,22 @@ class Detector(gluon.HybridBlock):
         """Number of foreground classes."""
         return len(self.classes)
 
+    # The inference NMS settings live in the ``postprocess`` block (see ``set_nms``).
+    @property
+    def nms_thresh(self):
+        """IoU threshold of the inference NMS (see ``set_nms``)."""
+        return self.postprocess.nms_thresh
+
+    @property
+    def nms_topk(self):
+        """Candidates (per class for R-CNN) entering the inference NMS."""
+        return self.postprocess.nms_topk
+
+    @property
+    def post_nms(self):
+        """Detections returned by inference."""
+        return self.postprocess.post_nms
+
     def forward(self, x, *args):
         training = autograd.is_training()
         if training != self._traced_training:

@@ -116,21 +116,6 @@ class FasterRCNN(Detector):
                          in_units=in_units, prefix=prefixes[1]))
 
     @property
-    def nms_thresh(self):
-        """IoU threshold of the inference NMS (see :meth:`set_nms`)."""
-        return self.postprocess.nms_thresh
-
-    @property
-    def nms_topk(self):
-        """Candidates per class entering the inference NMS."""
-        return self.postprocess.nms_topk
-
-    @property
-    def post_nms(self):
-        """Detections returned by inference."""
-        return self.postprocess.post_nms
-
-    @property
     def force_nms(self):
         """Whether the inference NMS suppresses across classes."""
         return self.postprocess.force_nms

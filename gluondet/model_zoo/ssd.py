@@ -155,21 +155,6 @@ class SSD(Detector):
             self.box_decoder = BoxCenterDecoder(stds)
             self.postprocess = MultiClassNMS(0.01, nms_thresh, nms_topk, post_nms)
 
-    @property
-    def nms_thresh(self):
-        """IoU threshold of the inference NMS (see :meth:`set_nms`)."""
-        return self.postprocess.nms_thresh
-
-    @property
-    def nms_topk(self):
-        """Candidates entering the inference NMS (see :meth:`set_nms`)."""
-        return self.postprocess.nms_topk
-
-    @property
-    def post_nms(self):
-        """Detections returned by inference (see :meth:`set_nms`)."""
-        return self.postprocess.post_nms
-
     def set_nms(self, nms_thresh=0.45, nms_topk=400, post_nms=100):
         """Set the non-maximum suppression of inference.
 
