@@ -6,7 +6,7 @@ import warnings
 import mxnet as mx
 from mxnet import autograd, gluon
 
-from . import registry
+from . import gluoncv_compat, registry
 
 __all__ = ['Detector', 'reuse_mapping', 'initialized_ctx', 'dataset_builder', 'custom_builder']
 
@@ -51,6 +51,23 @@ class Detector(gluon.HybridBlock):
     def post_nms(self):
         """Detections returned by inference."""
         return self.postprocess.post_nms
+
+    def load_parameters(self, filename, ctx=None, allow_missing=False, ignore_extra=False,
+                        cast_dtype=False, dtype_source='current'):
+        """Load a gluondet or GluonCV 0.10 ``.params`` file of this network.
+
+        A GluonCV file (its names differ) is recognized and renamed by the subclass's
+        ``gluoncv_format``, a pair ``(is_its_file(arrays), convert(arrays, net, source))``
+        (:mod:`gluondet.model_zoo.gluoncv_compat`, :mod:`~gluondet.model_zoo.gluoncv_rcnn`);
+        every parameter must match, or ValueError lists what did not. Arguments as
+        ``Block.load_parameters``.
+        """
+        arrays = gluoncv_compat.read_params(filename)
+        is_gluoncv, convert = self.gluoncv_format
+        if is_gluoncv(arrays):
+            arrays = convert(arrays, self, filename)
+        gluoncv_compat.load_arrays(self, arrays, filename, ctx, allow_missing, ignore_extra,
+                                   cast_dtype, dtype_source)
 
     def forward(self, x, *args):
         training = autograd.is_training()

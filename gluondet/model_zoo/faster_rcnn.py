@@ -71,6 +71,8 @@ class FasterRCNN(Detector):
     or ``C x rpn_test_post_nms`` when it is -1).
     """
 
+    gluoncv_format = (gluoncv_rcnn.is_gluoncv_rcnn, gluoncv_rcnn.convert_faster_rcnn)
+
     def __init__(self, backbone, classes, fpn=None, box_features=None, short=600,
                  max_size=1000, strides=(16,), anchor_sizes=((32, 64, 128, 256, 512),),
                  ratios=(0.5, 1, 2), alloc_size=(128, 128), rpn_channel=1024,
@@ -205,19 +207,6 @@ class FasterRCNN(Detector):
         boxes = self.box_decoder(box_preds.reshape((1, -1, 4)), repeated.reshape((1, -1, 4)))
         boxes = boxes.reshape_like(box_preds)
         return self.postprocess(F.softmax(cls_preds, axis=-1), boxes)
-
-    def load_parameters(self, filename, ctx=None, allow_missing=False, ignore_extra=False,
-                        cast_dtype=False, dtype_source='current'):
-        """Load a gluondet or GluonCV 0.10 ``.params`` file of this network.
-
-        GluonCV files are recognized and renamed (:mod:`gluondet.model_zoo.gluoncv_rcnn`);
-        every parameter must match. Arguments as ``Block.load_parameters``.
-        """
-        arrays = gluoncv_compat.read_params(filename)
-        if gluoncv_rcnn.is_gluoncv_rcnn(arrays):
-            arrays = gluoncv_rcnn.convert_faster_rcnn(arrays, self, filename)
-        gluoncv_compat.load_arrays(self, arrays, filename, ctx, allow_missing, ignore_extra,
-                                   cast_dtype, dtype_source)
 
     def reset_class(self, classes, reuse_weights=None):
         """Replace the classes and the class and box predictors (GluonCV's ``reset_class``).

@@ -127,6 +127,8 @@ class SSD(Detector):
     ``K = post_nms``.
     """
 
+    gluoncv_format = (gluoncv_compat.is_gluoncv_ssd, gluoncv_compat.convert_ssd)
+
     def __init__(self, features, classes, sizes, ratios, steps, base_size,
                  stds=(0.1, 0.1, 0.2, 0.2), nms_thresh=0.45, nms_topk=400, post_nms=100,
                  anchor_alloc_size=128, **kwargs):
@@ -186,20 +188,6 @@ class SSD(Detector):
             return cls_preds, box_preds, anchors
         boxes = self.box_decoder(box_preds, anchors)
         return self.postprocess(F.softmax(cls_preds, axis=-1), boxes)
-
-    def load_parameters(self, filename, ctx=None, allow_missing=False, ignore_extra=False,
-                        cast_dtype=False, dtype_source='current'):
-        """Load a gluondet or GluonCV ``.params`` file of this network.
-
-        GluonCV files (their names differ) are recognized and renamed with the
-        tables of :mod:`gluondet.model_zoo.gluoncv_compat`; every parameter
-        must match. Arguments as ``Block.load_parameters``.
-        """
-        arrays = gluoncv_compat.read_params(filename)
-        if gluoncv_compat.is_gluoncv_ssd(arrays):
-            arrays = gluoncv_compat.convert_ssd(arrays, self, filename)
-        gluoncv_compat.load_arrays(self, arrays, filename, ctx, allow_missing, ignore_extra,
-                                   cast_dtype, dtype_source)
 
     def reset_class(self, classes, reuse_weights=None):
         """Replace the classes and the class predictors.
