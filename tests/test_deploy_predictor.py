@@ -24,7 +24,8 @@ from gluondet.deploy.predictor import Predictor, list_images, load_network, resc
 from gluondet.engine import TrainConfig, fit
 from gluondet.tasks import SSDTask
 from gluondet.data.preprocess import SSDValTransform, fixed_size
-from gluondet.tasks.ssd import detect_batches
+
+from ssd_reference import detect_batches
 
 pytest.importorskip('onnxruntime')
 

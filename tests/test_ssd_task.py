@@ -12,8 +12,9 @@ from gluondet.engine import TrainConfig, fit, read_manifest
 from gluondet.engine.testing import check_resume
 from gluondet.metrics import VOC07MApMetric, voc_result
 from gluondet.model_zoo import get_model
-from gluondet.tasks.ssd import (SSDTask, SSDTrainTransform, SSDValTransform, anchor_steps,
-                                detect_batches)
+from gluondet.tasks.ssd import SSDTask, SSDTrainTransform, SSDValTransform, anchor_steps
+
+from ssd_reference import detect_batches, val_loader
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -112,7 +113,7 @@ def old_validate(task, net, ctx_list):
     """``SSDTask.validate`` before it ran the predictor's evaluation: the val loader's
     batches through ``detect_batches`` into the metric, a batch at a time (the reference)."""
     metric = VOC07MApMetric(iou_thresh=0.5, class_names=task.classes)
-    for ids, scores, boxes, labels in detect_batches(net, task.val_loader(), ctx_list,
+    for ids, scores, boxes, labels in detect_batches(net, val_loader(task), ctx_list,
                                                      (task.width, task.height)):
         metric.update(boxes, ids, scores, labels[:, :, :4], labels[:, :, 4:5], labels[:, :, 5:6])
     return voc_result(metric)

@@ -4,21 +4,18 @@ import warnings
 import mxnet as mx
 import numpy as np
 from mxnet import autograd
-from mxnet.gluon.data import DataLoader
 
 from ..data import transforms as T
 from ..data.batchify import Pad, Stack, Tuple
 from ..data.preprocess import SSDValTransform, fixed_size
 from ..deploy.predictor import Predictor
 from ..deploy.runners import MXNetRunner
-from ..engine import split_batch
 from ..losses import SSDMultiBoxLoss
 from ..metrics.evaluation import evaluate_voc07
 from ..model_zoo import get_model
 from ..nn import SSDTargetGenerator
 
-__all__ = ['SSDTask', 'SSDTrainTransform', 'SSDValTransform', 'anchor_steps', 'detect_batches',
-           'feature_sizes']
+__all__ = ['SSDTask', 'SSDTrainTransform', 'SSDValTransform', 'anchor_steps', 'feature_sizes']
 
 
 class SSDTrainTransform:
@@ -80,24 +77,6 @@ def anchor_steps(net, width, height, mode='auto'):
     if mode == 'zoo' or (mode == 'auto' and covered):
         return None
     return [round((width / w + height / h) / 2, 4) for h, w in sizes]
-
-
-def detect_batches(net, loader, ctx_list, input_size):
-    """Yield ``(ids, scores, boxes, labels)`` per context part, boxes in original pixels.
-
-    ``loader`` yields ``(images, labels, sizes)`` as `SSDValTransform` makes them;
-    ``input_size`` is the network input ``(width, height)``. Validation does not
-    use it (it goes through :meth:`SSDTask.predictor`); it draws the demo's preview.
-    """
-    width, height = input_size
-    for batch in loader:
-        for images, labels, sizes in split_batch(batch, ctx_list):
-            ids, scores, boxes = net(images)
-            scale = mx.nd.stack(sizes[:, 1] / width, sizes[:, 0] / height,
-                                sizes[:, 1] / width, sizes[:, 0] / height, axis=1)
-            valid = mx.nd.broadcast_like(ids >= 0, boxes)  # -1 padding rows stay -1
-            boxes = mx.nd.where(valid, mx.nd.broadcast_mul(boxes, scale.expand_dims(1)), boxes)
-            yield ids, scores, boxes, labels
 
 
 class SSDTask:
@@ -180,13 +159,6 @@ class SSDTask:
             box_targets.append(box_target)
         _, cls_losses, box_losses = self.loss(cls_preds, box_preds, cls_targets, box_targets)
         return {'loss_cls': cls_losses, 'loss_box': box_losses}
-
-    def val_loader(self):
-        """Batches ``(images, labels, sizes)`` of the val data for `detect_batches`."""
-        dataset = self._val.transform(SSDValTransform(self.width, self.height))
-        return DataLoader(dataset, self.val_batch_size, shuffle=False, last_batch='keep',
-                          batchify_fn=Tuple(Stack(), Pad(pad_val=-1), Stack()),
-                          num_workers=self.num_workers)
 
     def predictor(self, net, ctx_list):
         """The net being trained as a :class:`~gluondet.deploy.Predictor`: the fixed-size
