@@ -307,8 +307,9 @@ def add_roi_align(g, proposals, maps, size, strides, sample_ratio=2, levels=None
 
     ONNX's ``RoiAlign`` at opset 13 is MXNet's ``ROIAlign(aligned=False)`` (the same
     bits, checked on ROIs inside, across and outside the map and the -1 rows). With
-    several maps (FPN), every level pools every ROI and each ROI keeps its own level's
-    output, the values of the Gluon block (which pools each level's own ROIs only).
+    several maps (FPN), each level pools only the ROIs assigned to it (``NonZero`` and
+    ``Gather``) and ``ScatterND`` puts the results back in the ROIs' order, as the
+    Gluon block does.
 
     Parameters
     ----------
@@ -337,13 +338,10 @@ def add_roi_align(g, proposals, maps, size, strides, sample_ratio=2, levels=None
     batch_index = g.op('Reshape', [g.op('Expand', [g.op('Unsqueeze', [per_image, g.ints(1)]),
                                                    g.op('Slice', [shape, g.ints(0), g.ints(2)])]),
                                    g.ints(-1)])
-    pooled = [g.op('RoiAlign', [feature, rois, batch_index], mode='avg',
-                   output_height=size[0], output_width=size[1], sampling_ratio=sample_ratio,
-                   spatial_scale=1.0 / stride,
-                   outputs=[output] if len(maps) == 1 else None)
-              for feature, stride in zip(maps, strides)]
     if len(maps) == 1:
-        return pooled[0]
+        return g.op('RoiAlign', [maps[0], rois, batch_index], mode='avg',
+                    output_height=size[0], output_width=size[1], sampling_ratio=sample_ratio,
+                    spatial_scale=1.0 / strides[0], outputs=[output])
     xmin, ymin, xmax, ymax = g.op('Split', [rois, g.ints(1, 1, 1, 1)], 4, axis=1)
     one = g.scalar(1)
     area = g.op('Mul', [g.op('Add', [g.op('Sub', [xmax, xmin]), one]),
@@ -355,11 +353,20 @@ def add_roi_align(g, proposals, maps, size, strides, sample_ratio=2, levels=None
         above = g.op('Cast', [g.op('GreaterOrEqual', [ratio, g.scalar(bound)])],
                      to=TensorProto.FLOAT)
         level = g.op('Add', [level, above])
-    level = g.op('Reshape', [level, g.ints(-1, 1, 1, 1)])
-    zero = g.scalar(0)
-    mine = [g.op('Where', [g.op('Equal', [level, g.scalar(levels['min_level'] + i)]), out, zero])
-            for i, out in enumerate(pooled)]
-    return g.op('Sum', mine, outputs=[output])
+    level = g.op('Reshape', [level, g.ints(-1)])
+    pooled, order = [], []
+    for i, (feature, stride) in enumerate(zip(maps, strides)):
+        mine = g.op('Equal', [level, g.scalar(levels['min_level'] + i)])
+        mine = g.op('Reshape', [g.op('NonZero', [mine]), g.ints(-1)])         # its ROIs
+        pooled.append(g.op('RoiAlign', [feature, g.op('Gather', [rois, mine], axis=0),
+                                        g.op('Gather', [batch_index, mine], axis=0)],
+                           mode='avg', output_height=size[0], output_width=size[1],
+                           sampling_ratio=sample_ratio, spatial_scale=1.0 / stride))
+        order.append(mine)
+    pooled = g.op('Concat', pooled, axis=0)
+    order = g.op('Unsqueeze', [g.op('Concat', order, axis=0), g.ints(1)])
+    return g.op('ScatterND', [g.op('ConstantOfShape', [g.op('Shape', [pooled])]), order, pooled],
+                outputs=[output])
 
 
 def add_rcnn_postprocess(g, cls_preds, box_preds, proposals, num_rois, num_classes, stds, clip,
