@@ -210,7 +210,7 @@ def _task(args):
     from gluondet.data import VOCDetection
     from gluondet.model_zoo.registry import VOC_CLASSES
     from gluondet.tasks import FasterRCNNTask
-    from gluondet.tasks import faster_rcnn as task_module
+    from gluondet.tasks import base as task_module
 
     class BenchTask(FasterRCNNTask):
         """The task with the benchmark's initializer, training GluonCV's parameter selection

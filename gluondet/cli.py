@@ -11,8 +11,8 @@ import sys
 
 def _demo_arguments(parser):
     parser.add_argument('--output', default='demo_out', help='folder for the demo outputs')
-    parser.add_argument('--detector', default='ssd', choices=('ssd', 'faster_rcnn'),
-                        help='which recipe: the SSD (make demo) or the Faster R-CNN one')
+    parser.add_argument('--detector', default='ssd', choices=('ssd', 'faster_rcnn', 'retinanet'),
+                        help='which recipe (make demo runs the SSD one)')
     parser.add_argument('--epochs', type=int, help="training epochs (default: the recipe's)")
     parser.add_argument('--seed', type=int, help="random seed (default: the recipe's)")
 

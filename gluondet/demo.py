@@ -43,7 +43,7 @@ import mxnet as mx
 
 from .data import DemoDetection
 from .engine import TrainConfig, fit
-from .tasks import FasterRCNNTask, SSDTask
+from .tasks import FasterRCNNTask, RetinaNetTask, SSDTask
 from .tools.visualize import draw_boxes, image_grid, save_image
 
 __all__ = ['Recipe', 'RECIPES', 'NUM_TRAIN', 'NUM_VAL', 'DATA_SEED', 'NETWORK', 'EPOCHS', 'SEED',
@@ -73,6 +73,13 @@ def _rcnn_task(train, val, num_workers):
                           rpn_train_pre_nms=1000, rpn_train_post_nms=300))
 
 
+def _retinanet_task(train, val, num_workers):
+    return RetinaNetTask(
+        'retinanet_resnet18_v1b_custom', train, val, short=128, max_size=256,
+        pretrained_base=False, num_workers=num_workers,
+        model_kwargs=dict(anchor_base=2, head_channels=128))
+
+
 _COMMON = dict(batch_size=8, optimizer='sgd', lr=0.04, momentum=0.9, lr_mode='cosine',
                warmup_epochs=1, save_interval=0, log_interval=25)
 RECIPES = {
@@ -80,6 +87,8 @@ RECIPES = {
                   dict(_COMMON, wd=5e-4, val_interval=3)),
     'faster_rcnn': Recipe('faster_rcnn_fpn_resnet18_v1b_custom', 5, 1, _rcnn_task,
                           dict(_COMMON, wd=1e-4, warmup_epochs=0.5, val_interval=5)),
+    'retinanet': Recipe('retinanet_resnet18_v1b_custom', 6, 1, _retinanet_task,
+                        dict(_COMMON, lr=0.02, wd=1e-4, warmup_epochs=1, val_interval=2)),
 }
 NETWORK, EPOCHS, SEED = RECIPES['ssd'].network, RECIPES['ssd'].epochs, RECIPES['ssd'].seed
 
@@ -93,7 +102,7 @@ def run_demo(output_dir='demo_out', detector='ssd', epochs=None, num_train=NUM_T
     output_dir : str
         Receives the training files (``{network}_*``: log, metrics.jsonl, best
         params, last checkpoint) and ``demo_predictions.jpg``.
-    detector : {'ssd', 'faster_rcnn'}
+    detector : {'ssd', 'faster_rcnn', 'retinanet'}
         The recipe (`RECIPES`).
     epochs, seed : int, optional
         Default: the recipe's (its learning rate follows a cosine over the epochs).

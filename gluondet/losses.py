@@ -1,7 +1,7 @@
 """Detection losses."""
 from mxnet import gluon, nd
 
-__all__ = ['SSDMultiBoxLoss', 'RCNNLoss', 'smooth_l1']
+__all__ = ['SSDMultiBoxLoss', 'FocalLoss', 'RetinaNetLoss', 'RCNNLoss', 'smooth_l1']
 
 
 def _as_list(x):
@@ -12,6 +12,14 @@ def smooth_l1(diff, rho):
     """Huber / smooth L1 of ``diff``: ``|d| - rho / 2`` beyond ``rho``, ``d^2 / (2 rho)`` within."""
     diff = nd.abs(diff)
     return nd.where(diff > rho, diff - 0.5 * rho, (0.5 / rho) * nd.square(diff))
+
+
+def _box_loss(pred, target, pos, rho):
+    """Smooth L1 (``rho`` 0: L1) of ``pred - target`` where ``pos``, ``B x A x 4``, 0 elsewhere."""
+    diff = pred.reshape_like(target) - target
+    loss = nd.abs(diff) if rho == 0 else smooth_l1(diff, rho)
+    pos = nd.broadcast_like(pos.expand_dims(-1), loss)
+    return nd.where(pos, loss, nd.zeros_like(loss))
 
 
 def _total(values):
@@ -70,7 +78,8 @@ class SSDMultiBoxLoss(gluon.Block):
         for cp, bp, ct, bt in zip(cls_pred, box_pred, cls_target, box_target):
             norm = total.as_in_context(cp.context)
             cls_loss = nd.broadcast_div(self._cls_loss(cp, ct).sum(axis=1), norm)
-            box_loss = nd.broadcast_div(self._box_loss(bp, bt, ct > 0).sum(axis=(1, 2)), norm)
+            box_loss = nd.broadcast_div(_box_loss(bp, bt, ct > 0, self._rho).sum(axis=(1, 2)),
+                                        norm)
             cls_losses.append(cls_loss)
             box_losses.append(box_loss)
             sum_losses.append(cls_loss + self._lambd * box_loss)
@@ -89,11 +98,93 @@ class SSDMultiBoxLoss(gluon.Block):
         hard = neg * nd.broadcast_greater_equal(neg_loss, cutoff) * (num_neg > 0).expand_dims(1)
         return nd.where(pos + hard > 0, loss, nd.zeros_like(loss))
 
-    def _box_loss(self, pred, target, pos):
-        """Smooth L1 over positive anchors, ``B x A x 4``."""
-        loss = smooth_l1(pred.reshape_like(target) - target, self._rho)
-        pos = nd.broadcast_like(pos.expand_dims(-1), loss)
-        return nd.where(pos, loss, nd.zeros_like(loss))
+
+
+class FocalLoss(gluon.HybridBlock):
+    r"""Sigmoid focal loss (Lin et al. 2017, arXiv:1708.02002), element by element.
+
+    .. math:: FL = -\alpha_t (1 - p_t)^\gamma \log(p_t), \quad
+              p_t = p \text{ if } t = 1 \text{ else } 1 - p, \quad
+              \alpha_t = \alpha \text{ if } t = 1 \text{ else } 1 - \alpha
+
+    with ``p = sigmoid(logit)``; the logarithms are computed from the logits
+    (``log p = -softplus(-x)``), so no probability of 0 or 1 gives an infinite loss.
+
+    Parameters
+    ----------
+    alpha : float
+        Weight of the positives (0.25); negative: no weighting.
+    gamma : float
+        Focusing exponent (2).
+
+    Inputs: ``logits`` and ``targets`` (0 or 1) of one shape. Output: the loss, same shape.
+    """
+
+    def __init__(self, alpha=0.25, gamma=2.0, **kwargs):
+        super().__init__(**kwargs)
+        self.alpha, self.gamma = alpha, gamma
+
+    def hybrid_forward(self, F, logits, targets):
+        prob = F.sigmoid(logits)
+        log_p = -F.Activation(-logits, act_type='softrelu')
+        log_not_p = -F.Activation(logits, act_type='softrelu')
+        pos = -targets * F.power(1 - prob, self.gamma) * log_p
+        neg = -(1 - targets) * F.power(prob, self.gamma) * log_not_p
+        if self.alpha >= 0:
+            pos, neg = self.alpha * pos, (1 - self.alpha) * neg
+        return pos + neg
+
+
+class RetinaNetLoss(gluon.Block):
+    r"""RetinaNet's loss: sigmoid focal loss over every anchor not ignored + box regression
+    over the positives, both divided by the number of positive anchors of the whole batch
+    (over all contexts, at least 1).
+
+    Parameters
+    ----------
+    alpha, gamma : float
+        Of :class:`FocalLoss`.
+    rho : float
+        Smooth L1 transition (ODTK's 0.11); 0 for L1.
+    loc_weight : float
+        Factor of the box loss (TAO's ``loc_loss_weight``).
+    class_weights : sequence of float or None
+        Factor of each foreground class's focal loss (TAO's class weighting).
+
+    Inputs (lists over contexts): ``cls_pred`` ``B x A x C`` logits, ``box_pred`` ``B x A
+    x 4``, ``cls_target`` ``B x A`` (0 background, ``k + 1`` class ``k``, -1 ignored),
+    ``box_target`` ``B x A x 4``.
+
+    Outputs: ``{'loss_cls': [per-context B-vector], 'loss_box': [...]}``.
+    """
+
+    def __init__(self, alpha=0.25, gamma=2.0, rho=0.11, loc_weight=1.0, class_weights=None,
+                 **kwargs):
+        super().__init__(**kwargs)
+        self.focal = FocalLoss(alpha, gamma)
+        self._rho, self._loc_weight = rho, loc_weight
+        self._class_weights = None if class_weights is None else tuple(class_weights)
+
+    def forward(self, cls_pred, box_pred, cls_target, box_target):
+        cls_pred, box_pred, cls_target, box_target = [
+            _as_list(x) for x in (cls_pred, box_pred, cls_target, box_target)]
+        total = _total([(ct > 0).sum() for ct in cls_target])
+        out = {'loss_cls': [], 'loss_box': []}
+        for cp, bp, ct, bt in zip(cls_pred, box_pred, cls_target, box_target):
+            norm = total.as_in_context(cp.context)
+            num_classes = cp.shape[-1]
+            if self._class_weights is not None and len(self._class_weights) != num_classes:
+                raise ValueError('RetinaNetLoss: %d class weights for %d classes'
+                                 % (len(self._class_weights), num_classes))
+            focal = self.focal(cp, nd.one_hot(ct - 1, num_classes))        # 0 rows: not fg
+            focal = nd.broadcast_mul(focal, (ct >= 0).expand_dims(-1))
+            if self._class_weights is not None:
+                weights = nd.array(self._class_weights, ctx=cp.context).reshape((1, 1, -1))
+                focal = nd.broadcast_mul(focal, weights)
+            out['loss_cls'].append(nd.broadcast_div(focal.sum(axis=(1, 2)), norm))
+            box = _box_loss(bp, bt, ct > 0, self._rho).sum(axis=(1, 2))
+            out['loss_box'].append(nd.broadcast_div(box, norm) * self._loc_weight)
+        return out
 
 
 class RCNNLoss(gluon.Block):

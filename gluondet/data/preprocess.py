@@ -27,7 +27,6 @@ __all__ = ['RESIZE_MODES', 'SSDValTransform', 'check_preprocessing', 'fixed_size
            'padded_shape', 'preprocessing_from_metadata', 'preprocessing_of', 'val_transform']
 
 RESIZE_MODES = ('fixed', 'keep_ratio')
-FPN_MULTIPLE = 32   # a feature pyramid up to stride 32 wants sides that are multiples of 32
 
 
 class SSDValTransform:
@@ -129,9 +128,9 @@ def check_preprocessing(spec, source='preprocessing'):
 def preprocessing_of(net, data_shape=None, short=None, max_size=None):
     """The validation preprocessing of a zoo network (read from its attributes).
 
-    A network with ``short`` and ``max_size`` (Faster R-CNN, GluonCV's attribute
-    names) keeps the aspect ratio, with batches padded to a multiple of 32 if it
-    has a feature pyramid (``fpn``); any other (SSD) is resized to ``data_shape``,
+    A network with ``short`` and ``max_size`` (Faster R-CNN and RetinaNet, GluonCV's
+    attribute names) keeps the aspect ratio, with batches padded to a multiple of its
+    ``size_multiple`` (1 without); any other (SSD) is resized to ``data_shape``,
     default its ``base_size``. ImageNet mean and std, as in training.
 
     Parameters
@@ -147,7 +146,7 @@ def preprocessing_of(net, data_shape=None, short=None, max_size=None):
     if getattr(net, 'short', None) is not None and hasattr(net, 'max_size'):
         short = net.short if short is None else short
         short = short if isinstance(short, numbers.Real) else short[0]
-        multiple = FPN_MULTIPLE if getattr(net, 'fpn', None) is not None else 1
+        multiple = getattr(net, 'size_multiple', 1)
         return check_preprocessing({'resize': 'keep_ratio', 'short': short,
                                     'max_size': net.max_size if max_size is None else max_size,
                                     'multiple': multiple}, name)

@@ -8,6 +8,7 @@ from mxnet import autograd, gluon
 from mxnet.gluon import nn
 
 from ..model_zoo.faster_rcnn import FasterRCNN
+from ..model_zoo.retinanet import RetinaNet
 from ..nn.roi import roi_rows
 from .symbol import ssd_body
 
@@ -164,7 +165,10 @@ def detecting_random_weights(net, x, seed=0, class_std=2.0, max_gap=6.0):
     if isinstance(net, FasterRCNN):
         _rcnn_detecting(net, x, class_std, max_gap)
         return
-    symbol, _, _ = ssd_body(net, x.shape[2:])
+    if isinstance(net, RetinaNet):
+        _retinanet_detecting(net, x, class_std, max_gap)
+        return
+    symbol = ssd_body(net, x.shape[2:])[0]
     cls_preds, box_preds = (o.asnumpy() for o in gluon.SymbolBlock(
         symbol, mx.sym.var('data', dtype='float32'), params=net.collect_params())(x))
     top2 = np.sort(cls_preds, axis=-1)[..., -2:]
@@ -193,6 +197,33 @@ def _fit(layer, outputs, std, largest=None, gap=None):
     layer.weight.set_data(layer.weight.data() * float(factor))
     layer.bias.set_data((layer.bias.data() - mx.nd.array(mean, ctx=layer.bias.data().context))
                         * float(factor))
+
+
+def _retinanet_detecting(net, x, class_std, max_gap):
+    """The RetinaNet part of :func:`detecting_random_weights`.
+
+    The heads' convolutions get He (MSRA) initial weights, so their outputs keep the scale
+    of the pyramid's (the paper's N(0, 0.01) shrinks them a hundredfold, and rescaling
+    such outputs amplifies float32 rounding); then the predictors are scaled as a Faster
+    R-CNN's: class logits centred 2 below 0 (a sigmoid of 0.12), of std ``class_std``, at
+    most ``max_gap`` from that centre; box offsets of std 0.5, at most 2.
+    """
+    for head in (net.class_head, net.box_head):
+        for conv in head:
+            if isinstance(conv, nn.Conv2D):
+                conv.weight.set_data(mx.nd.random.normal(
+                    0, float(np.sqrt(2. / np.prod(conv.weight.shape[1:]))), conv.weight.shape))
+    with autograd.predict_mode():
+        maps = net.features(x)
+        for head, predictor, std, largest in (
+                (net.class_head, net.class_predictors[0], class_std, max_gap),
+                (net.box_head, net.box_predictors[0], 0.5, 2)):
+            towers = [head(feature) for feature in maps]
+            outputs = np.concatenate([predictor(t).transpose((0, 2, 3, 1)).reshape(
+                (-1, predictor.weight.shape[0])).asnumpy() for t in towers])
+            _fit(predictor, outputs, std, largest)
+        bias = net.class_predictors[0].bias
+        bias.set_data(bias.data() - 2)
 
 
 def _rcnn_detecting(net, x, class_std, max_gap):

@@ -36,9 +36,10 @@ from mxnet.onnx.mx2onnx._export_onnx import MXNetGraph
 from onnx import TensorProto, helper
 
 from ..model_zoo.faster_rcnn import FasterRCNN
+from ..model_zoo.retinanet import RetinaNet
 from ..nn.roi import fpn_levels
-from .onnx_graph import (GraphBuilder, add_rcnn_postprocess, add_roi_align, add_rpn_proposals,
-                         add_ssd_postprocess)
+from .onnx_graph import (GraphBuilder, add_rcnn_postprocess, add_retinanet_postprocess,
+                         add_roi_align, add_rpn_proposals, add_ssd_postprocess)
 from .symbol import input_shape, rcnn_body, ssd_body
 
 __all__ = ['export_onnx', 'UnsupportedOperatorError', 'OPSET']
@@ -118,14 +119,20 @@ def _append(graph, builder):
 
 
 def _ssd_graph(net, shape, dynamic_batch):
-    """SSD: mx2onnx's body, then the post-processing."""
-    symbol, params, anchors = ssd_body(net, shape[2:])
+    """SSD and RetinaNet: mx2onnx's body, then the post-processing."""
+    symbol, params, anchors, level_sizes = ssd_body(net, shape[2:])
     graph = _convert_body(symbol, params, [('data', shape)], dynamic_batch)
     nms = net.postprocess
     post = GraphBuilder('postprocess')
-    rows = add_ssd_postprocess(post, 'cls_preds', 'box_preds', anchors, net.num_classes,
-                               net.box_decoder.stds, nms.score_thresh, nms.nms_thresh,
-                               nms.nms_topk, nms.post_nms, OUTPUTS)
+    if isinstance(net, RetinaNet):
+        rows = add_retinanet_postprocess(
+            post, 'cls_preds', 'box_preds', anchors, level_sizes, net.num_classes,
+            net.box_decoder.stds, net.box_decoder.clip, nms.score_thresh, nms.nms_thresh,
+            nms.nms_topk, nms.post_nms, OUTPUTS)
+    else:
+        rows = add_ssd_postprocess(post, 'cls_preds', 'box_preds', anchors, net.num_classes,
+                                   net.box_decoder.stds, nms.score_thresh, nms.nms_thresh,
+                                   nms.nms_topk, nms.post_nms, OUTPUTS)
     _append(graph, post)
     return graph, rows, {'nms': {'score_thresh': nms.score_thresh, 'nms_thresh': nms.nms_thresh,
                                  'nms_topk': nms.nms_topk, 'post_nms': nms.post_nms}}

@@ -240,14 +240,83 @@ def add_ssd_postprocess(g, cls_preds, box_preds, anchors, num_classes, stds, sco
     num_anchors_c = g.const(num_anchors, np.int64)
     class_id = g.op('Div', [index, num_anchors_c])                            # B x k
     anchor = g.op('Mod', [index, num_anchors_c])
-    boxes = _decode(g, _take(g, box_preds, anchor),
-                    g.op('Gather', [g.const(anchors), anchor], axis=0), stds)
+    _detections(g, scores, class_id, anchor, box_preds, anchors, stds, None, k, nms_thresh,
+                score_thresh, num_classes, out_rows, outputs)
+    return out_rows
 
+
+def _detections(g, scores, class_id, anchor, box_preds, anchors, stds, clip, k, nms_thresh,
+                score_thresh, num_classes, out_rows, outputs):
+    """From ``k`` candidates sorted by score (``B x k`` scores, int64 class ids and anchor
+    indices): decode their boxes, NMS within classes, the ``out_rows`` first survivors."""
+    boxes = _decode(g, _take(g, box_preds, anchor),
+                    g.op('Gather', [g.const(anchors), anchor], axis=0), stds, clip)
     kept_rank = _nms(g, scores, boxes, k, nms_thresh, score_thresh, class_id, num_classes)
     out_k = min(out_rows, k)
     kept, order = g.op('TopK', [kept_rank, g.ints(out_k)], 2, axis=1)
     _rows(g, [_column(g, class_id, True), _column(g, scores), boxes], order,
           g.op('Greater', [kept, g.scalar(0)]), out_k, out_rows, outputs)
+
+
+# ---------------------------------------------------------------- RetinaNet
+
+def add_retinanet_postprocess(g, cls_preds, box_preds, anchors, level_sizes, num_classes, stds,
+                              clip, score_thresh, nms_thresh, level_topk, post_nms,
+                              outputs=('ids', 'scores', 'boxes')):
+    """Append RetinaNet's inference (:class:`gluondet.nn.LevelTopKNMS`).
+
+    Sigmoid scores; in each level the ``level_topk`` best (class, anchor) candidates
+    scoring above ``score_thresh``; all of them by score (ties: level, then place, as the
+    Gluon block's table); NMS within each class; the first ``post_nms`` survivors.
+
+    Parameters
+    ----------
+    g : GraphBuilder
+    cls_preds, box_preds : str
+        ``B x A x C`` logits (no background) and ``B x A x 4`` offsets, levels concatenated.
+    anchors : numpy.ndarray
+        ``1 x A x 4`` center-format anchors (a constant).
+    level_sizes : sequence of int
+        Anchors of each level, in order (they sum to ``A``).
+    num_classes : int
+    stds : 4 floats
+    clip : float or None
+        Largest log-size offset.
+    score_thresh, nms_thresh, level_topk, post_nms
+        As :class:`gluondet.nn.LevelTopKNMS`.
+    outputs : 3 str
+
+    Returns
+    -------
+    int
+        ``K``: ``post_nms``, or ``len(level_sizes) * level_topk`` when ``post_nms <= 0``.
+    """
+    if not 0 < nms_thresh < 1 or level_topk <= 0:
+        raise ValueError('ONNX export needs 0 < nms_thresh < 1 and nms_topk > 0 (set_nms), '
+                         'got nms_thresh=%r nms_topk=%r' % (nms_thresh, level_topk))
+    anchors = np.asarray(anchors, np.float32).reshape(-1, 4)
+    probs = _sigmoid(g, cls_preds)
+    scores, classes, places = [], [], []
+    start = 0
+    for size in level_sizes:
+        level = g.op('Slice', [probs, g.ints(start), g.ints(start + size), g.ints(1)])
+        flat = g.op('Reshape', [g.op('Transpose', [level], perm=[0, 2, 1]), g.ints(0, -1)])
+        flat = g.op('Where', [g.op('Greater', [flat, g.scalar(score_thresh)]), flat,
+                              g.scalar(0)])                                  # class-major
+        best, index = g.op('TopK', [flat, g.ints(min(level_topk, num_classes * size))], 2,
+                           axis=1)
+        size_c = g.const(size, np.int64)
+        scores.append(best)
+        classes.append(g.op('Div', [index, size_c]))
+        places.append(g.op('Add', [g.op('Mod', [index, size_c]), g.const(start, np.int64)]))
+        start += size
+    k = sum(min(level_topk, num_classes * size) for size in level_sizes)
+    scores, order = g.op('TopK', [g.op('Concat', scores, axis=1), g.ints(k)], 2, axis=1)
+    class_id = g.op('GatherElements', [g.op('Concat', classes, axis=1), order], axis=1)
+    anchor = g.op('GatherElements', [g.op('Concat', places, axis=1), order], axis=1)
+    out_rows = post_nms if post_nms > 0 else len(level_sizes) * level_topk   # as the block's
+    _detections(g, scores, class_id, anchor, box_preds, anchors, stds, clip, k, nms_thresh,
+                score_thresh, num_classes, out_rows, outputs)
     return out_rows
 
 

@@ -252,6 +252,9 @@ def _training_meta(params):
     if not isinstance(meta, dict) or 'network' not in meta:
         raise ValueError('%s does not describe a network (no meta.network): is it the json the '
                          'training wrote beside %s?' % (path, params))
+    if not isinstance(meta.get('model_kwargs', {}), dict):
+        raise ValueError('%s: meta.model_kwargs must be an object of network arguments'
+                         % path)
     return meta
 
 
@@ -324,7 +327,7 @@ def load_network(model, params=None, pretrained=False, classes=None, data_shape=
     classes = _agree(known, None if classes is None else tuple(classes), 'classes', source)
     if pretrained and not info.has_weights:
         raise ValueError('%s has no published weights: give params' % network)
-    kwargs = {}
+    kwargs = dict(meta.get('model_kwargs') or {})   # the architecture the training set
     if info.classes is None:
         kwargs['classes'] = classes
     for key in ('steps', 'max_size'):       # SSD's anchor steps, Faster R-CNN's sizes

@@ -56,12 +56,13 @@ def export_symbol(net, prefix, data_shape, batch_size=1):
 
 
 def ssd_body(net, data_shape):
-    """An SSD up to its post-processing: the symbol of its training-mode outputs.
+    """A single-stage detector (SSD, RetinaNet) up to its post-processing: the symbol of its
+    training-mode outputs.
 
     Parameters
     ----------
-    net : :class:`gluondet.model_zoo.ssd.SSD`
-        An initialized SSD.
+    net : :class:`gluondet.model_zoo.single_stage.SingleStageDetector`
+        Initialized.
     data_shape : int or (int, int)
         The input height and width the anchors are computed for.
 
@@ -69,11 +70,14 @@ def ssd_body(net, data_shape):
     -------
     symbol : Symbol
         Input ``data``, outputs ``cls_preds`` ``B x A x (C + 1)`` (logits, background
-        first) and ``box_preds`` ``B x A x 4`` (encoded offsets), as in training.
+        first; RetinaNet ``B x A x C``) and ``box_preds`` ``B x A x 4`` (encoded
+        offsets), as in training.
     params : dict of str to NDArray
         The arguments and auxiliary states of ``symbol`` other than ``data``.
     anchors : numpy.ndarray
         ``1 x A x 4`` anchors in center format, constant for this input size.
+    level_sizes : list of int
+        Anchors of each feature map, in order.
     """
     data = mx.sym.var('data', dtype='float32')
     # Tracing with symbols runs nothing, so the training-mode branch leaves the
@@ -88,7 +92,11 @@ def ssd_body(net, data_shape):
     symbol = mx.sym.Group(outputs)
     names = set(symbol.list_arguments()) | set(symbol.list_auxiliary_states())
     params = {p.name: p.data() for p in net.collect_params().values() if p.name in names}
-    return symbol, params, anchors.asnumpy()
+    _, map_shapes, _ = mx.sym.Group(net.features(data)).infer_shape(
+        data=input_shape(data_shape))
+    level_sizes = [shape[2] * shape[3] * generator.num_anchors
+                   for shape, generator in zip(map_shapes, net.anchor_generators)]
+    return symbol, params, anchors.asnumpy(), level_sizes
 
 
 class RCNNBody:

@@ -8,7 +8,8 @@ from mxnet import autograd, gluon
 
 from . import gluoncv_compat, registry
 
-__all__ = ['Detector', 'reuse_mapping', 'initialized_ctx', 'dataset_builder', 'custom_builder']
+__all__ = ['Detector', 'reuse_mapping', 'initialized_ctx', 'dataset_builder', 'custom_builder',
+           'register_presets']
 
 
 class Detector(gluon.HybridBlock):
@@ -169,3 +170,25 @@ def custom_builder(build, arch, family):
                        'starts from those weights, keeping the classes they share.'
                        % (family, arch))
     return builder
+
+
+def register_presets(archs, build, family):
+    """Register ``{arch}_{dataset}`` for every dataset of every preset of ``archs``.
+
+    ``archs`` maps an arch to ``{'backbone': name, 'datasets': {dataset: options}}``,
+    each ``options`` holding at least ``short`` and ``max_size`` (the registered data
+    shape); ``voc`` and ``coco`` get those classes and published weights, ``custom``
+    takes ``classes=``. ``build`` and ``family`` as :func:`dataset_builder`.
+    """
+    for arch, spec in archs.items():
+        for dataset, options in spec['datasets'].items():
+            shape = (options['short'], options['max_size'])
+            if dataset == 'custom':
+                registry.register_model(arch + '_custom', None, shape, spec['backbone'],
+                                        'custom', has_weights=False)(
+                    custom_builder(build, arch, family))
+            else:
+                classes = {'voc': registry.VOC_CLASSES, 'coco': registry.COCO_CLASSES}[dataset]
+                registry.register_model('%s_%s' % (arch, dataset), classes, shape,
+                                        spec['backbone'], dataset)(
+                    dataset_builder(build, arch, dataset, classes, family))

@@ -9,9 +9,7 @@ from ..nn import (BoxCenterDecoder, FPN, PerClassNMS, RCNNTargetGenerator, RCNNT
                   ROIExtractor, RPNAnchorGenerator, RPNHead, RPNProposal, batch_take, roi_rows)
 from . import gluoncv_compat, gluoncv_rcnn, registry
 from .backbones import get_backbone
-from .detector import (Detector, custom_builder, dataset_builder, initialized_ctx,
-                       reuse_mapping)
-from .registry import COCO_CLASSES, VOC_CLASSES, register_model
+from .detector import Detector, initialized_ctx, register_presets, reuse_mapping
 
 __all__ = ['FasterRCNN', 'FASTER_RCNN_ARCHS', 'build_faster_rcnn']
 
@@ -116,6 +114,11 @@ class FasterRCNN(Detector):
                          in_units=in_units, prefix=prefixes[0]),
                 nn.Dense(self.num_classes * 4, weight_initializer=mx.init.Normal(0.001),
                          in_units=in_units, prefix=prefixes[1]))
+
+    @property
+    def size_multiple(self):
+        """Inputs are padded to a multiple of this: 32 with FPN (its coarsest ROI map), else 1."""
+        return 1 if self.fpn is None else 32
 
     @property
     def force_nms(self):
@@ -341,22 +344,4 @@ def build_faster_rcnn(arch, classes, dataset='custom', pretrained_base=True, ctx
     return FasterRCNN(backbone, classes, **options)
 
 
-_FAMILY = 'Faster R-CNN'
-
-
-def _register_all():
-    for arch, spec in FASTER_RCNN_ARCHS.items():
-        for dataset, options in spec['datasets'].items():
-            shape = (options['short'], options['max_size'])
-            if dataset == 'custom':
-                builder = custom_builder(build_faster_rcnn, arch, _FAMILY)
-                register_model(arch + '_custom', None, shape, spec['backbone'], 'custom',
-                               has_weights=False)(builder)
-            else:
-                classes = {'voc': VOC_CLASSES, 'coco': COCO_CLASSES}[dataset]
-                builder = dataset_builder(build_faster_rcnn, arch, dataset, classes, _FAMILY)
-                register_model('%s_%s' % (arch, dataset), classes, shape, spec['backbone'],
-                               dataset)(builder)
-
-
-_register_all()
+register_presets(FASTER_RCNN_ARCHS, build_faster_rcnn, 'Faster R-CNN')

@@ -2,13 +2,13 @@
 import os
 
 import mxnet as mx
-from mxnet import autograd, gluon
+from mxnet import gluon
 from mxnet.gluon import nn
 
 from ..nn import BoxCenterDecoder, MultiClassNMS, SSDAnchorGenerator
 from . import gluoncv_compat, registry
-from .detector import (Detector, custom_builder, dataset_builder, initialized_ctx,
-                       reuse_mapping)
+from .detector import custom_builder, dataset_builder
+from .single_stage import SingleStageDetector
 from .backbones import get_backbone
 from .registry import COCO_CLASSES, VOC_CLASSES, register_model
 
@@ -91,7 +91,7 @@ class SSDFeatures(gluon.HybridBlock):
         return outputs
 
 
-class SSD(Detector):
+class SSD(SingleStageDetector):
     """Single-shot detector over a multi-scale feature extractor.
 
     Parameters
@@ -119,12 +119,9 @@ class SSD(Detector):
 
     Outputs
     -------
-    Training (``autograd.is_training()``): ``cls_preds`` ``B x A x (C + 1)``
-    logits, ``box_preds`` ``B x A x 4`` encoded offsets, ``anchors``
-    ``1 x A x 4`` (center format, input pixels).
-    Inference: ``ids``, ``scores`` ``B x K x 1`` and ``boxes`` ``B x K x 4``
-    (``xmin, ymin, xmax, ymax`` in input pixels), sorted by score, padded with -1,
-    ``K = post_nms``.
+    As :class:`~gluondet.model_zoo.single_stage.SingleStageDetector`: training
+    ``cls_preds`` ``B x A x (C + 1)`` (softmax logits, background first), ``box_preds``,
+    ``anchors``; inference ``ids``, ``scores``, ``boxes`` with ``K = post_nms``.
     """
 
     gluoncv_format = (gluoncv_compat.is_gluoncv_ssd, gluoncv_compat.convert_ssd)
@@ -169,69 +166,17 @@ class SSD(Detector):
         post_nms : int
             Detections returned, -1 for all.
         """
-        self._clear_cached_op()
-        self.postprocess.nms_thresh = nms_thresh
-        self.postprocess.nms_topk = nms_topk
-        self.postprocess.post_nms = post_nms
+        self._set_nms(nms_thresh, nms_topk, post_nms)
 
-    def hybrid_forward(self, F, x):
-        maps = self.features(x)
-        cls_preds = F.concat(*[F.flatten(F.transpose(predict(m), (0, 2, 3, 1)))
-                               for m, predict in zip(maps, self.class_predictors)], dim=1)
-        box_preds = F.concat(*[F.flatten(F.transpose(predict(m), (0, 2, 3, 1)))
-                               for m, predict in zip(maps, self.box_predictors)], dim=1)
-        anchors = F.concat(*[generate(m) for m, generate in zip(maps, self.anchor_generators)],
-                           dim=1)
-        cls_preds = cls_preds.reshape((0, -1, self.num_classes + 1))
-        box_preds = box_preds.reshape((0, -1, 4))
-        if autograd.is_training():
-            return cls_preds, box_preds, anchors
-        boxes = self.box_decoder(box_preds, anchors)
-        return self.postprocess(F.softmax(cls_preds, axis=-1), boxes)
+    def predict(self, F, level, feature):
+        return self.class_predictors[level](feature), self.box_predictors[level](feature)
 
-    def reset_class(self, classes, reuse_weights=None):
-        """Replace the classes and the class predictors.
+    def detect(self, F, cls_preds, box_preds, anchors):
+        boxes = self.box_decoder(F.concat(*box_preds, dim=1), F.concat(*anchors, dim=1))
+        return self.postprocess(F.softmax(F.concat(*cls_preds, dim=1), axis=-1), boxes)
 
-        Parameters
-        ----------
-        classes : sequence of str
-            The new foreground classes.
-        reuse_weights : dict or list or None
-            Which new classes start from the weights of an old one:
-            ``{new: old}`` with class names or indices (``{'person': 14}``),
-            or a list of names kept by both. The background weights are then
-            reused too. Other new classes start from a fresh initialization.
-        """
-        old_classes = self.classes
-        self.classes = tuple(classes)
-        mapping = reuse_mapping(reuse_weights, old_classes, self.classes)
-        self._clear_cached_op()
-        predictors = nn.HybridSequential(prefix=self.class_predictors.prefix)
-        for old, generator in zip(self.class_predictors, self.anchor_generators):
-            new = _predictor(generator.num_anchors * (self.num_classes + 1),
-                             in_channels=old.weight.shape[1], prefix=old.prefix)
-            ctx = initialized_ctx(old)
-            if mapping and (ctx is None or 0 in old.weight.shape):
-                raise ValueError('reset_class: reuse_weights needs the old class predictors '
-                                 'to hold weights (load or run the network first)')
-            if ctx is not None:
-                new.initialize(ctx=ctx)
-            if mapping:
-                _copy_class_rows(old, new, mapping, len(old_classes), self.num_classes)
-            predictors.add(new)
-        self.class_predictors = predictors
-
-
-def _copy_class_rows(old, new, mapping, old_num, new_num):
-    """Copy background rows and mapped class rows of every anchor, weight and bias."""
-    for old_param, new_param in ((old.weight, new.weight), (old.bias, new.bias)):
-        src = old_param.data().asnumpy()
-        dst = new_param.data().asnumpy()
-        pairs = [(0, 0)] + [(n + 1, o + 1) for n, o in mapping.items()]
-        for anchor in range(dst.shape[0] // (new_num + 1)):
-            for n, o in pairs:
-                dst[anchor * (new_num + 1) + n] = src[anchor * (old_num + 1) + o]
-        new_param.set_data(mx.nd.array(dst, dtype=dst.dtype))
+    def _class_predictor(self, channels, in_channels, prefix):
+        return _predictor(channels, in_channels, prefix)
 
 
 _RATIOS_6 = [[1, 2, 0.5]] + [[1, 2, 0.5, 3, 1.0 / 3]] * 3 + [[1, 2, 0.5]] * 2

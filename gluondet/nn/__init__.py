@@ -1,17 +1,20 @@
 """Detection building blocks as HybridBlocks: anchors, box coding, matching, targets, NMS,
 and the parts of two-stage detectors (RPN, ROI features, R-CNN targets, FPN)."""
-from .anchors import SSDAnchorGenerator, ssd_anchor_shapes, ssd_anchors
+from .anchors import (GridAnchorGenerator, SSDAnchorGenerator, grid_anchors,
+                      retina_anchor_shapes, ssd_anchor_shapes, ssd_anchors)
 from .boxops import batch_take, pairwise_iou
 from .coder import BoxCenterDecoder, BoxCenterEncoder, center_to_corner, corner_to_center
 from .fpn import FPN
 from .matcher import BipartiteMatcher, CompositeMatcher, MaximumMatcher
-from .nms import MultiClassNMS, PerClassNMS
+from .nms import LevelTopKNMS, MultiClassNMS, PerClassNMS, top_candidates
 from .rcnn_target import RCNNTargetGenerator, RCNNTargetSampler, RPNTargetGenerator
 from .roi import ROIExtractor, fpn_levels, roi_rows
 from .rpn import RPNAnchorGenerator, RPNHead, RPNProposal, rpn_base_anchors
-from .target import SSDTargetGenerator
+from .target import AnchorTargetGenerator, SSDTargetGenerator
 
-__all__ = ['SSDAnchorGenerator', 'ssd_anchor_shapes', 'ssd_anchors',
+__all__ = ['GridAnchorGenerator', 'SSDAnchorGenerator', 'grid_anchors', 'retina_anchor_shapes',
+           'ssd_anchor_shapes', 'ssd_anchors', 'AnchorTargetGenerator', 'LevelTopKNMS',
+           'top_candidates',
            'BoxCenterEncoder', 'BoxCenterDecoder', 'corner_to_center', 'center_to_corner',
            'BipartiteMatcher', 'MaximumMatcher', 'CompositeMatcher',
            'MultiClassNMS', 'PerClassNMS', 'SSDTargetGenerator',

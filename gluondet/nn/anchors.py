@@ -1,8 +1,9 @@
-"""Anchor boxes for SSD-style detectors."""
+"""Anchor boxes of single-stage detectors (SSD, RetinaNet): a few shapes repeated on a grid."""
 import numpy as np
 from mxnet import gluon
 
-__all__ = ['ssd_anchor_shapes', 'ssd_anchors', 'SSDAnchorGenerator']
+__all__ = ['ssd_anchor_shapes', 'retina_anchor_shapes', 'grid_anchors', 'ssd_anchors',
+           'GridAnchorGenerator', 'SSDAnchorGenerator']
 
 
 def ssd_anchor_shapes(sizes, ratios):
@@ -32,13 +33,33 @@ def ssd_anchor_shapes(sizes, ratios):
     return shapes
 
 
-def ssd_anchors(sizes, ratios, step, height, width, offsets=(0.5, 0.5)):
+def retina_anchor_shapes(stride, ratios=(0.5, 1, 2), scales=(1, 2 ** (1 / 3), 2 ** (2 / 3)),
+                         base=4):
+    """Widths and heights of RetinaNet's anchors at one position (Lin et al. 2017).
+
+    Each anchor has the area of a ``base * stride * scale`` square and the aspect
+    ``ratio`` (height / width, as ODTK and TAO); scales vary slowest (ODTK's order).
+
+    Returns
+    -------
+    list of (float, float)
+        ``(width, height)``, ``len(scales) * len(ratios)`` of them.
+    """
+    shapes = []
+    for scale in scales:
+        size = base * stride * scale
+        for ratio in ratios:
+            shapes.append((size / np.sqrt(ratio), size * np.sqrt(ratio)))
+    return shapes
+
+
+def grid_anchors(shapes, step, height, width, offsets=(0.5, 0.5)):
     """Anchors of a ``height x width`` feature map in center format.
 
     Parameters
     ----------
-    sizes, ratios
-        See :func:`ssd_anchor_shapes`.
+    shapes : sequence of (float, float)
+        ``(width, height)`` of the anchors of one cell.
     step : float
         Distance in input pixels between neighbouring feature-map cells.
     height, width : int
@@ -52,7 +73,7 @@ def ssd_anchors(sizes, ratios, step, height, width, offsets=(0.5, 0.5)):
         float32 array ``height x width x (num_anchors * 4)``, each anchor
         ``(center_x, center_y, width, height)`` in input pixels.
     """
-    shapes = np.array(ssd_anchor_shapes(sizes, ratios), dtype=np.float64)
+    shapes = np.array(shapes, dtype=np.float64)
     cy = (np.arange(height) + offsets[0]) * step
     cx = (np.arange(width) + offsets[1]) * step
     anchors = np.zeros((height, width, len(shapes), 4), dtype=np.float64)
@@ -63,8 +84,13 @@ def ssd_anchors(sizes, ratios, step, height, width, offsets=(0.5, 0.5)):
     return anchors.reshape(height, width, -1).astype(np.float32)
 
 
-class SSDAnchorGenerator(gluon.HybridBlock):
-    """The anchors of one SSD output layer, cropped to its feature map.
+def ssd_anchors(sizes, ratios, step, height, width, offsets=(0.5, 0.5)):
+    """SSD's :func:`grid_anchors` of ``ssd_anchor_shapes(sizes, ratios)``."""
+    return grid_anchors(ssd_anchor_shapes(sizes, ratios), step, height, width, offsets)
+
+
+class GridAnchorGenerator(gluon.HybridBlock):
+    """The anchors of one output layer, cropped to its feature map.
 
     Anchors for an ``alloc_size`` map are computed once and kept as a constant
     parameter; each call crops them to the feature map it is given, so the
@@ -73,10 +99,8 @@ class SSDAnchorGenerator(gluon.HybridBlock):
 
     Parameters
     ----------
-    sizes : pair of float
-        ``(size, next_size)``, see :func:`ssd_anchor_shapes`.
-    ratios : sequence of float
-        Aspect ratios, the first being 1.
+    shapes : sequence of (float, float)
+        ``(width, height)`` of the anchors of one cell.
     step : float
         Stride of this layer in input pixels.
     alloc_size : pair of int
@@ -84,7 +108,7 @@ class SSDAnchorGenerator(gluon.HybridBlock):
     offsets : pair of float
         Center offsets (y, x) in cells.
     clip : bool
-        Clip centers and sizes to ``im_size`` (as GluonCV does when asked).
+        Clip centers and sizes to ``im_size`` (as GluonCV's SSD does when asked).
     im_size : pair of int or None
         Input size (H, W), needed when ``clip`` is true.
 
@@ -92,16 +116,16 @@ class SSDAnchorGenerator(gluon.HybridBlock):
     anchors in center format, row-major over cells then anchors.
     """
 
-    def __init__(self, sizes, ratios, step, alloc_size=(128, 128), offsets=(0.5, 0.5),
-                 clip=False, im_size=None, **kwargs):
+    def __init__(self, shapes, step, alloc_size=(128, 128), offsets=(0.5, 0.5), clip=False,
+                 im_size=None, **kwargs):
         super().__init__(**kwargs)
         if clip and im_size is None:
-            raise ValueError('SSDAnchorGenerator: clip=True needs im_size')
-        self._num_anchors = len(ssd_anchor_shapes(sizes, ratios))
+            raise ValueError('%s: clip=True needs im_size' % type(self).__name__)
+        self._num_anchors = len(shapes)
         self.step = step
         self._clip = clip
         self._im_size = im_size
-        anchors = ssd_anchors(sizes, ratios, step, alloc_size[0], alloc_size[1], offsets)
+        anchors = grid_anchors(shapes, step, alloc_size[0], alloc_size[1], offsets)
         self.anchors = self.params.get_constant('anchors', anchors[None, None])
 
     @property
@@ -117,3 +141,14 @@ class SSDAnchorGenerator(gluon.HybridBlock):
             a = F.concat(cx.clip(0, width), cy.clip(0, height),
                          w.clip(0, width), h.clip(0, height), dim=-1)
         return a
+
+
+class SSDAnchorGenerator(GridAnchorGenerator):
+    """SSD's anchors of one layer: :class:`GridAnchorGenerator` of
+    ``ssd_anchor_shapes(sizes, ratios)`` (``sizes`` a pair ``(size, next_size)``, ``ratios``
+    starting with 1); the other arguments as there."""
+
+    def __init__(self, sizes, ratios, step, alloc_size=(128, 128), offsets=(0.5, 0.5),
+                 clip=False, im_size=None, **kwargs):
+        super().__init__(ssd_anchor_shapes(sizes, ratios), step, alloc_size, offsets, clip,
+                         im_size, **kwargs)

@@ -6,13 +6,15 @@ __all__ = ['FPN']
 
 
 class FPN(gluon.HybridBlock):
-    """Top-down pyramid over backbone maps C2..C5: P2..P5, plus P6.
+    """Top-down pyramid over backbone maps (C2..C5 or C3..C5), plus coarser levels.
 
     Each ``C_i`` gets a 1x1 lateral convolution; from the top, the running map
     is upsampled x2 (nearest), cropped to the next lateral and added to it;
-    every sum goes through a 3x3 output convolution. ``P6`` is a 3x3 stride-2
-    convolution of C5's lateral output (GluonCV's Faster R-CNN; RetinaNet
-    variants take it from C5 or P5 instead, see ``p6``).
+    every sum goes through a 3x3 output convolution. The next level is a 3x3
+    stride-2 convolution of: C5's lateral output (``p6='lateral'``, GluonCV's
+    Faster R-CNN), C5 itself (``'c5'``, RetinaNet as ODTK and the paper), or the
+    top output (``'p5'``, as FCOS). ``p7`` adds a 3x3 stride-2 convolution of
+    ``relu(P6)`` (RetinaNet).
 
     Parameters
     ----------
@@ -20,18 +22,25 @@ class FPN(gluon.HybridBlock):
         Channels of every pyramid level.
     num_inputs : int
         Number of backbone maps (finest first).
-    p6 : {'lateral', 'none'}
-        Where P6 comes from.
+    p6 : {'lateral', 'c5', 'p5', 'none'}
+        Where the level after the top comes from.
+    p7 : bool
+        Add the level after that (needs ``p6``).
     use_bias : bool
         Convolutions with bias (True when no normalization follows).
 
-    Input: the backbone maps, finest first. Output: the list ``[P2, ..., P5(, P6)]``.
+    Input: the backbone maps, finest first. Output: the list of levels, finest first
+    (``[P2, ..., P5, P6]`` for GluonCV's Faster R-CNN, ``[P3, ..., P7]`` for RetinaNet).
     """
 
-    def __init__(self, channels=256, num_inputs=4, p6='lateral', use_bias=True, **kwargs):
+    def __init__(self, channels=256, num_inputs=4, p6='lateral', p7=False, use_bias=True,
+                 **kwargs):
         super().__init__(**kwargs)
-        if p6 not in ('lateral', 'none'):
-            raise ValueError("FPN p6 must be 'lateral' or 'none', got %r" % (p6,))
+        if p6 not in ('lateral', 'c5', 'p5', 'none'):
+            raise ValueError("FPN p6 must be 'lateral', 'c5', 'p5' or 'none', got %r" % (p6,))
+        if p7 and p6 == 'none':
+            raise ValueError('FPN p7 needs a p6')
+        self._p6_from = p6
         weight = init.Xavier(rnd_type='uniform', factor_type='in', magnitude=1.)
         conv = dict(use_bias=use_bias, weight_initializer=weight)
         with self.name_scope():
@@ -40,12 +49,18 @@ class FPN(gluon.HybridBlock):
             for _ in range(num_inputs):
                 self.laterals.add(nn.Conv2D(channels, 1, **conv))
                 self.outputs.add(nn.Conv2D(channels, 3, 1, 1, **conv))
-            self.p6 = nn.Conv2D(channels, 3, 2, 1, **conv) if p6 == 'lateral' else None
+            self.p6 = nn.Conv2D(channels, 3, 2, 1, **conv) if p6 != 'none' else None
+            self.p7 = nn.Conv2D(channels, 3, 2, 1, **conv) if p7 else None
 
     def hybrid_forward(self, F, *maps):
         top = self.laterals[-1](maps[-1])
         results = [self.outputs[-1](top)]
-        extra = [] if self.p6 is None else [self.p6(top)]
+        extra = []
+        if self.p6 is not None:
+            source = {'lateral': top, 'c5': maps[-1], 'p5': results[0]}[self._p6_from]
+            extra.append(self.p6(source))
+        if self.p7 is not None:
+            extra.append(self.p7(F.relu(extra[0])))
         running = top
         for i in range(len(maps) - 2, -1, -1):
             lateral = self.laterals[i](maps[i])

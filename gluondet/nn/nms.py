@@ -3,7 +3,7 @@ from mxnet import gluon
 
 from .boxops import batch_take
 
-__all__ = ['MultiClassNMS', 'PerClassNMS']
+__all__ = ['MultiClassNMS', 'LevelTopKNMS', 'PerClassNMS', 'top_candidates']
 
 
 class MultiClassNMS(gluon.HybridBlock):
@@ -51,7 +51,8 @@ class MultiClassNMS(gluon.HybridBlock):
         scores = F.where(scores > self.score_thresh, scores, F.zeros_like(scores))
         use_nms = 0 < self.nms_thresh < 1
         if use_nms and self.nms_topk > 0 and self.post_nms > 0:
-            result = self._best_candidates(F, scores.reshape((0, -1)), boxes)
+            result = top_candidates(F, scores.reshape((0, -1)), boxes,
+                                    max(self.nms_topk, self.post_nms))
         else:
             result = self._all_candidates(F, scores, boxes)
         if use_nms:
@@ -75,26 +76,78 @@ class MultiClassNMS(gluon.HybridBlock):
         return F.concat(ids.reshape((0, -1, 1)), scores.reshape((0, -1, 1)),
                         boxes.reshape((0, -1, 4)), dim=-1)
 
-    def _best_candidates(self, F, scores, boxes):
-        """The rows of :meth:`_all_candidates` with the ``max(nms_topk, post_nms)`` best
-        scores, in their original order; -1 rows when there are fewer candidates."""
-        count = max(self.nms_topk, self.post_nms)
-        filler = F.broadcast_to(F.slice_axis(scores, axis=1, begin=0, end=1) * 0 - 1,
-                                shape=(0, count))
-        padded = F.concat(scores, filler, dim=1)                        # B x (C * A + count)
-        index = F.topk(padded, axis=1, k=count, ret_typ='indices', dtype='int32')
-        index = F.sort(index, axis=1)
-        batch = F.broadcast_like(F.contrib.arange_like(index, axis=0).reshape((-1, 1)), index)
-        best = F.gather_nd(padded, F.stack(batch, index))               # B x count
-        num_anchors = F.cast(F.sum(F.ones_like(F.slice_axis(boxes, axis=-1, begin=0, end=1)),
-                                   axis=1), 'int32')                      # B x 1
-        class_id = F.broadcast_div(index, num_anchors)
-        anchor = index - F.broadcast_mul(class_id, num_anchors)
-        picked = F.gather_nd(boxes, F.stack(batch, anchor))             # B x count x 4
-        keep = best > 0
-        ids = F.where(keep, F.cast(class_id, 'float32'), F.ones_like(best) * -1)
-        best = F.where(keep, best, F.zeros_like(best))
-        return F.concat(ids.expand_dims(-1), best.expand_dims(-1), picked, dim=-1)
+def top_candidates(F, scores, boxes, count):
+    """The ``count`` best candidates as rows ``(class id or -1, score, box)``, in their
+    original order (so tied scores resolve as in a table of all candidates); -1 rows when
+    there are fewer than ``count`` scores above 0.
+
+    ``scores`` ``B x (C * A)`` class-major (0 for a dropped candidate), ``boxes`` ``B x A x
+    4``; returns ``B x count x 6``.
+    """
+    filler = F.broadcast_to(F.slice_axis(scores, axis=1, begin=0, end=1) * 0 - 1,
+                            shape=(0, count))
+    padded = F.concat(scores, filler, dim=1)                        # B x (C * A + count)
+    index = F.topk(padded, axis=1, k=count, ret_typ='indices', dtype='int32')
+    index = F.sort(index, axis=1)
+    batch = F.broadcast_like(F.contrib.arange_like(index, axis=0).reshape((-1, 1)), index)
+    best = F.gather_nd(padded, F.stack(batch, index))               # B x count
+    num_anchors = F.cast(F.sum(F.ones_like(F.slice_axis(boxes, axis=-1, begin=0, end=1)),
+                               axis=1), 'int32')                      # B x 1
+    class_id = F.broadcast_div(index, num_anchors)
+    anchor = index - F.broadcast_mul(class_id, num_anchors)
+    picked = F.gather_nd(boxes, F.stack(batch, anchor))             # B x count x 4
+    keep = best > 0
+    ids = F.where(keep, F.cast(class_id, 'float32'), F.ones_like(best) * -1)
+    best = F.where(keep, best, F.zeros_like(best))
+    return F.concat(ids.expand_dims(-1), best.expand_dims(-1), picked, dim=-1)
+
+
+class LevelTopKNMS(gluon.HybridBlock):
+    """RetinaNet's post-processing over the maps of a pyramid.
+
+    In each map, the ``nms_topk`` best (anchor, class) candidates scoring above
+    ``score_thresh`` are kept; the kept candidates of all maps go through NMS
+    within each class; the ``post_nms`` best are returned, sorted by score,
+    padded with -1 (ODTK's and the paper's inference).
+
+    Parameters
+    ----------
+    score_thresh : float
+    nms_thresh : float
+        IoU above which a lower-scoring box of the same class is suppressed.
+    nms_topk : int
+        Candidates kept per map.
+    post_nms : int
+        Detections returned, -1 for all.
+
+    Inputs: ``probs_0 .. probs_{L-1}`` ``B x A_l x C`` (sigmoid scores, no background),
+    then ``boxes_0 .. boxes_{L-1}`` ``B x A_l x 4``. Outputs: ``ids``, ``scores``
+    ``B x K x 1``, ``boxes`` ``B x K x 4``, ``K = post_nms`` (-1: ``L * nms_topk``).
+    """
+
+    def __init__(self, score_thresh=0.05, nms_thresh=0.5, nms_topk=1000, post_nms=100,
+                 **kwargs):
+        super().__init__(**kwargs)
+        self.score_thresh = score_thresh
+        self.nms_thresh = nms_thresh
+        self.nms_topk = nms_topk
+        self.post_nms = post_nms
+
+    def hybrid_forward(self, F, *inputs):
+        levels = len(inputs) // 2
+        rows = []
+        for probs, boxes in zip(inputs[:levels], inputs[levels:]):
+            scores = F.transpose(probs, (0, 2, 1)).reshape((0, -1))    # class-major
+            scores = F.where(scores > self.score_thresh, scores, F.zeros_like(scores))
+            rows.append(top_candidates(F, scores, boxes, self.nms_topk))
+        rows = F.contrib.box_nms(F.concat(*rows, dim=1), overlap_thresh=self.nms_thresh,
+                                 topk=-1, valid_thresh=self.score_thresh, id_index=0,
+                                 score_index=1, coord_start=2, force_suppress=False)
+        if self.post_nms > 0:
+            rows = F.slice_axis(rows, axis=1, begin=0, end=self.post_nms)
+        return (F.slice_axis(rows, axis=-1, begin=0, end=1),
+                F.slice_axis(rows, axis=-1, begin=1, end=2),
+                F.slice_axis(rows, axis=-1, begin=2, end=6))
 
 
 class PerClassNMS(gluon.HybridBlock):

@@ -179,7 +179,7 @@ def zoo_dataset(args):
     return 'custom'
 
 
-def dataset_defaults(args, table, fallback):
+def dataset_defaults(args, table, fallback, origin='GluonCV'):
     """The parsed ``args`` with the dataset's defaults for the flags left unset.
 
     Parameters
@@ -190,6 +190,8 @@ def dataset_defaults(args, table, fallback):
         ``{dataset: {dest: default}}``; a flag whose parsed value is None takes it.
     fallback : str
         The key of ``table`` for datasets it does not name.
+    origin : str
+        Whose defaults they are, for the message.
 
     Returns
     -------
@@ -204,8 +206,8 @@ def dataset_defaults(args, table, fallback):
     resolved = argparse.Namespace(**dict(vars(args), **applied))
     if not applied:
         return resolved, ''
-    source = ("GluonCV's %s defaults" % key if key == dataset else
-              "GluonCV has none for --dataset %s; its %s defaults" % (args.dataset, key))
+    source = ("%s's %s defaults" % (origin, key) if key == dataset else
+              "%s has none for --dataset %s; its %s defaults" % (origin, args.dataset, key))
     return resolved, '%s for the flags left unset: %s' % (source, ', '.join(
         '--%s %s' % (dest.replace('_', '-'), value) for dest, value in applied.items()))
 

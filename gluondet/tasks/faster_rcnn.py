@@ -1,23 +1,14 @@
 """Faster R-CNN bound to the training engine (see the task contract in `gluondet.engine`)."""
-import warnings
-
 import mxnet as mx
 from mxnet import autograd
 
-from ..data.batchify import Pad, PadImages, Tuple
 from ..data.mixup import MixupDetection
-from ..data.preprocess import preprocessing_of
-from ..data.rcnn_transforms import RCNNTrainTransform
-from ..deploy.predictor import Predictor
-from ..deploy.runners import MXNetRunner
-from ..engine import GroupedBatchSampler
 from ..losses import RCNNLoss
-from ..metrics.evaluation import evaluate_voc07
-from ..model_zoo import get_model
 from ..nn import RPNTargetGenerator
+from .base import KeepRatioTask
 
 
-class FasterRCNNTask:
+class FasterRCNNTask(KeepRatioTask):
     """Faster R-CNN: one network name, a train and a val dataset.
 
     Parameters
@@ -51,45 +42,13 @@ class FasterRCNNTask:
     supports_mixup = True
     MIX_RATIO = 0.5    # GluonCV's train_faster_rcnn.py: set_mixup(np.random.uniform, 0.5, 0.5)
 
-    def __init__(self, network, train_dataset, val_dataset, classes=None, short=None,
-                 max_size=None, pretrained_base=True, model_kwargs=None, rpn_rho=1. / 9,
-                 rcnn_rho=1., val_batch_size=4, num_workers=0):
-        self.network = network
-        self.classes = tuple(classes or train_dataset.classes)
-        self._train, self._val = train_dataset, val_dataset
-        self.short, self.max_size = short, max_size
-        self.pretrained_base = pretrained_base
-        self.model_kwargs = dict(model_kwargs or {})
-        self.val_batch_size, self.num_workers = val_batch_size, num_workers
+    name = 'faster_rcnn'
+
+    def __init__(self, network, train_dataset, val_dataset, rpn_rho=1. / 9, rcnn_rho=1.,
+                 **kwargs):
+        super().__init__(network, train_dataset, val_dataset, **kwargs)
         self.rpn_targets = RPNTargetGenerator()
         self.loss = RCNNLoss(rpn_rho, rcnn_rho)
-        self.multiple = 1
-        self.train_batchify = None
-
-    def meta(self):
-        return {'task': 'faster_rcnn', 'network': self.network, 'classes': list(self.classes),
-                'short': self.short, 'max_size': self.max_size}
-
-    def build_net(self, ctx_list):
-        kwargs = dict(self.model_kwargs)
-        if self.network.endswith('_custom'):
-            kwargs['classes'] = self.classes
-        if not self.pretrained_base and 'norm_layer' not in kwargs:
-            kwargs.setdefault('norm_kwargs', {'use_global_stats': False})
-        net = get_model(self.network, pretrained_base=self.pretrained_base, **kwargs)
-        if tuple(net.classes) != self.classes:
-            raise ValueError('%s predicts %d classes %s but the data has %s; use the *_custom '
-                             'network' % (self.network, len(net.classes), net.classes[:3],
-                                          self.classes[:3]))
-        self.short = self.short or net.short
-        self.max_size = self.max_size or net.max_size
-        self.multiple = 32 if net.fpn is not None else 1
-        self.train_batchify = Tuple(PadImages(self.multiple), Pad(pad_val=-1))
-        with warnings.catch_warnings():  # parameters loaded from the store stay as they are
-            warnings.simplefilter('ignore')
-            net.initialize(mx.init.Xavier(rnd_type='gaussian', factor_type='out', magnitude=2))
-        net.collect_params().reset_ctx(ctx_list)
-        return net
 
     def train_params(self, net):
         if self.pretrained_base:
@@ -100,12 +59,7 @@ class FasterRCNNTask:
         dataset = self._train
         if len(dataset) > 1:     # mixes only when the engine's SampleIndex says so
             dataset = MixupDetection(dataset, ratio=self.MIX_RATIO)
-        return dataset.transform(RCNNTrainTransform(self.short, self.max_size))
-
-    def train_batch_sampler(self, length, batch_size, seed, rank, world_size):
-        """Batches of landscape or of portrait images only, so a batch pads little."""
-        groups = [int(w >= h) for w, h in map(self._train.image_size, range(length))]
-        return GroupedBatchSampler(groups, batch_size, seed, rank, world_size)
+        return dataset.transform(self.train_transform())
 
     def losses(self, net, parts):
         outputs = [[] for _ in range(10)]
@@ -122,18 +76,6 @@ class FasterRCNNTask:
             weights.append(_mix_weights(labels))
         return {name: [value if w is None else value * w for value, w in zip(values, weights)]
                 for name, values in self.loss(*outputs).items()}
-
-    def predictor(self, net, ctx_list):
-        """The net being trained as a :class:`~gluondet.deploy.Predictor`: each image resized
-        keeping its ratio to the sizes it trains at (the low end of a multi-scale ``short``)
-        and padded to the net's multiple, batches of ``val_batch_size`` split over ``ctx_list``."""
-        return Predictor(MXNetRunner(net, ctx_list), self.classes,
-                         preprocessing_of(net, short=self.short, max_size=self.max_size))
-
-    def validate(self, net, ctx_list):
-        """VOC07 mAP on the val dataset, by the evaluation ``gluondet evaluate`` runs."""
-        return evaluate_voc07(self.predictor(net, ctx_list), self._val, self.val_batch_size,
-                              num_workers=self.num_workers)
 
 
 def _mix_weights(labels):

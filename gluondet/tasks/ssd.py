@@ -1,19 +1,13 @@
 """SSD bound to the training engine (see the task contract in `gluondet.engine`)."""
-import warnings
-
 import mxnet as mx
 import numpy as np
-from mxnet import autograd
 
 from ..data import transforms as T
 from ..data.batchify import Pad, Stack, Tuple
 from ..data.preprocess import SSDValTransform, fixed_size
-from ..deploy.predictor import Predictor
-from ..deploy.runners import MXNetRunner
 from ..losses import SSDMultiBoxLoss
-from ..metrics.evaluation import evaluate_voc07
-from ..model_zoo import get_model
 from ..nn import SSDTargetGenerator
+from .base import DetectionTask, dense_targets
 
 __all__ = ['SSDTask', 'SSDTrainTransform', 'SSDValTransform', 'anchor_steps', 'feature_sizes']
 
@@ -79,7 +73,7 @@ def anchor_steps(net, width, height, mode='auto'):
     return [round((width / w + height / h) / 2, 4) for h, w in sizes]
 
 
-class SSDTask:
+class SSDTask(DetectionTask):
     """SSD: one network name, a train and a val dataset.
 
     Parameters
@@ -105,14 +99,10 @@ class SSDTask:
     def __init__(self, network, train_dataset, val_dataset, data_shape, classes=None,
                  pretrained_base=True, model_kwargs=None, val_batch_size=16, num_workers=0,
                  zoom=True, steps='auto'):
-        self.network = network
+        super().__init__(network, train_dataset, val_dataset, classes, pretrained_base,
+                         model_kwargs, val_batch_size, num_workers)
         self.width, self.height = ((data_shape, data_shape) if np.isscalar(data_shape)
                                    else tuple(data_shape))
-        self.classes = tuple(classes or train_dataset.classes)
-        self._train, self._val = train_dataset, val_dataset
-        self.pretrained_base = pretrained_base
-        self.model_kwargs = dict(model_kwargs or {})
-        self.val_batch_size, self.num_workers = val_batch_size, num_workers
         self.zoom = zoom
         self.steps_mode = steps
         self.steps = None
@@ -120,53 +110,24 @@ class SSDTask:
         self.loss = SSDMultiBoxLoss()
         self.train_batchify = Tuple(Stack(), Pad(pad_val=-1))
 
+    name = 'ssd'
+
     def meta(self):
-        return {'task': 'ssd', 'network': self.network, 'classes': list(self.classes),
-                'data_shape': [self.height, self.width], 'steps': self.steps}
+        return self._meta(data_shape=[self.height, self.width], steps=self.steps)
 
     def build_net(self, ctx_list):
-        kwargs = dict(self.model_kwargs)
-        if self.network.endswith('_custom'):
-            kwargs['classes'] = self.classes
-        net = get_model(self.network, pretrained_base=False, **kwargs)
-        self.steps = anchor_steps(net, self.width, self.height, self.steps_mode)
-        if self.steps is not None:
-            kwargs['steps'] = self.steps
-        net = get_model(self.network, pretrained_base=self.pretrained_base, **kwargs)
-        if tuple(net.classes) != self.classes:
-            raise ValueError('%s predicts %d classes %s but the data has %s; use the *_custom '
-                             'network' % (self.network, len(net.classes), net.classes[:3],
-                                          self.classes[:3]))
-        with warnings.catch_warnings():  # parameters loaded from the store stay as they are
-            warnings.simplefilter('ignore')
-            net.initialize(mx.init.Xavier(rnd_type='gaussian', factor_type='out', magnitude=2))
-        net.collect_params().reset_ctx(ctx_list)
-        return net
+        probe = self._get_model(pretrained_base=False)
+        self.steps = anchor_steps(probe, self.width, self.height, self.steps_mode)
+        net = self._get_model(**({} if self.steps is None else {'steps': self.steps}))
+        return self._place(net, ctx_list)
 
     def train_dataset(self):
         return self._train.transform(SSDTrainTransform(self.width, self.height, zoom=self.zoom))
 
     def losses(self, net, parts):
-        cls_preds, box_preds, cls_targets, box_targets = [], [], [], []
-        for images, labels in parts:
-            cls_pred, box_pred, anchors = net(images)
-            with autograd.pause():
-                cls_target, box_target = self.targets(anchors, labels[:, :, :4],
-                                                      labels[:, :, 4:5])
-            cls_preds.append(cls_pred)
-            box_preds.append(box_pred)
-            cls_targets.append(cls_target)
-            box_targets.append(box_target)
-        _, cls_losses, box_losses = self.loss(cls_preds, box_preds, cls_targets, box_targets)
+        _, cls_losses, box_losses = self.loss(*dense_targets(net, parts, self.targets))
         return {'loss_cls': cls_losses, 'loss_box': box_losses}
 
-    def predictor(self, net, ctx_list):
-        """The net being trained as a :class:`~gluondet.deploy.Predictor`: the fixed-size
-        preprocessing it trains at, batches of ``val_batch_size`` split over ``ctx_list``."""
-        return Predictor(MXNetRunner(net, ctx_list), self.classes,
-                         fixed_size((self.height, self.width)))
-
-    def validate(self, net, ctx_list):
-        """VOC07 mAP on the val dataset, by the evaluation ``gluondet evaluate`` runs."""
-        return evaluate_voc07(self.predictor(net, ctx_list), self._val, self.val_batch_size,
-                              num_workers=self.num_workers)
+    def preprocessing(self, net):
+        """The fixed size it trains at."""
+        return fixed_size((self.height, self.width))

@@ -1,0 +1,165 @@
+"""What every task shares: building the zoo network for the data's classes, the predictor the
+engine validates through, and (for the detectors that keep the aspect ratio) the resizing,
+grouping and padding of training batches."""
+import warnings
+
+import mxnet as mx
+from mxnet import autograd
+
+from ..data.batchify import Pad, PadImages, Tuple
+from ..data.preprocess import preprocessing_of
+from ..data.rcnn_transforms import RCNNTrainTransform
+from ..deploy.predictor import Predictor
+from ..deploy.runners import MXNetRunner
+from ..engine import GroupedBatchSampler
+from ..metrics.evaluation import evaluate_voc07
+from ..model_zoo import get_model
+
+__all__ = ['DetectionTask', 'KeepRatioTask', 'dense_targets']
+
+_NOT_ARCHITECTURE = ('norm_layer', 'norm_kwargs', 'root', 'ctx')
+
+
+class DetectionTask:
+    """A network name, a train and a val dataset (the engine's task contract, in part).
+
+    Parameters
+    ----------
+    network : str
+        A model zoo name; a ``*_custom`` one gets the data's classes.
+    train_dataset, val_dataset : DetectionDataset
+    classes : sequence of str, optional
+        Foreground classes (default: the train dataset's).
+    pretrained_base : bool
+        Start the backbone from its ImageNet weights (from the weight store).
+    model_kwargs : dict
+        More arguments for ``get_model`` (``norm_layer``, ``root``, ...).
+    val_batch_size, num_workers : int
+        For the validation loader.
+
+    A subclass defines ``build_net``, ``train_dataset``, ``losses`` and ``preprocessing``.
+    """
+
+    def __init__(self, network, train_dataset, val_dataset, classes=None, pretrained_base=True,
+                 model_kwargs=None, val_batch_size=4, num_workers=0):
+        self.network = network
+        self.classes = tuple(classes or train_dataset.classes)
+        self._train, self._val = train_dataset, val_dataset
+        self.pretrained_base = pretrained_base
+        self.model_kwargs = dict(model_kwargs or {})
+        self.val_batch_size, self.num_workers = val_batch_size, num_workers
+
+    def _meta(self, **extra):
+        """The checkpoint's description of the network: name, classes, the architecture
+        arguments of ``model_kwargs`` (what rebuilds it; not the norm layer or paths)."""
+        arch = {k: v for k, v in self.model_kwargs.items() if k not in _NOT_ARCHITECTURE}
+        meta = {'task': self.name, 'network': self.network, 'classes': list(self.classes)}
+        if arch:
+            meta['model_kwargs'] = arch
+        return dict(meta, **extra)
+
+    def _get_model(self, pretrained_base=None, **kwargs):
+        """``get_model(network)`` with the data's classes for a ``*_custom`` name (and the
+        task's ``pretrained_base`` unless given); ValueError when a fixed-class network does
+        not predict the data's classes."""
+        kwargs = dict(self.model_kwargs, **kwargs)
+        if self.network.endswith('_custom'):
+            kwargs['classes'] = self.classes
+        if pretrained_base is None:
+            pretrained_base = self.pretrained_base
+        net = get_model(self.network, pretrained_base=pretrained_base, **kwargs)
+        if tuple(net.classes) != self.classes:
+            raise ValueError('%s predicts %d classes %s but the data has %s; use the *_custom '
+                             'network' % (self.network, len(net.classes), net.classes[:3],
+                                          self.classes[:3]))
+        return net
+
+    @staticmethod
+    def _place(net, ctx_list):
+        """Initialize what was not loaded (Xavier, fan-out Gaussian) and put it on ``ctx_list``."""
+        with warnings.catch_warnings():  # parameters loaded from the store stay as they are
+            warnings.simplefilter('ignore')
+            net.initialize(mx.init.Xavier(rnd_type='gaussian', factor_type='out', magnitude=2))
+        net.collect_params().reset_ctx(ctx_list)
+        return net
+
+    def preprocessing(self, net):
+        """The validation preprocessing spec of ``net`` (:mod:`gluondet.data.preprocess`)."""
+        raise NotImplementedError
+
+    def predictor(self, net, ctx_list):
+        """The net being trained as a :class:`~gluondet.deploy.Predictor`, with the
+        preprocessing it trains at; batches of ``val_batch_size`` split over ``ctx_list``."""
+        return Predictor(MXNetRunner(net, ctx_list), self.classes, self.preprocessing(net))
+
+    def validate(self, net, ctx_list):
+        """VOC07 mAP on the val dataset, by the evaluation ``gluondet evaluate`` runs."""
+        return evaluate_voc07(self.predictor(net, ctx_list), self._val, self.val_batch_size,
+                              num_workers=self.num_workers)
+
+
+class KeepRatioTask(DetectionTask):
+    """A detector fed images resized keeping their aspect ratio (Faster R-CNN, RetinaNet).
+
+    Extra parameters: ``short``, ``max_size`` (default: the network's; ``short`` may be a
+    ``(low, high)`` range for multi-scale training, validation using ``low``). From scratch
+    (``pretrained_base=False``) the backbone's BatchNorm uses batch statistics unless
+    ``model_kwargs`` sets the norm layer: the global statistics of a random network
+    normalize nothing. Training batches group landscape and portrait images apart
+    (:class:`~gluondet.engine.GroupedBatchSampler`) and are padded to the network's
+    ``size_multiple``.
+    """
+
+    def __init__(self, network, train_dataset, val_dataset, short=None, max_size=None,
+                 **kwargs):
+        super().__init__(network, train_dataset, val_dataset, **kwargs)
+        self.short, self.max_size = short, max_size
+        self.multiple = 1
+        self.train_batchify = None
+
+    def meta(self):
+        return self._meta(short=self.short, max_size=self.max_size)
+
+    def build_net(self, ctx_list):
+        kwargs = {}
+        if not self.pretrained_base and 'norm_layer' not in self.model_kwargs:
+            kwargs['norm_kwargs'] = self.model_kwargs.get('norm_kwargs',
+                                                          {'use_global_stats': False})
+        net = self._get_model(**kwargs)
+        self.short = self.short or net.short
+        self.max_size = self.max_size or net.max_size
+        self.multiple = net.size_multiple
+        self.train_batchify = Tuple(PadImages(self.multiple), Pad(pad_val=-1))
+        return self._place(net, ctx_list)
+
+    def train_transform(self):
+        return RCNNTrainTransform(self.short, self.max_size)
+
+    def train_batch_sampler(self, length, batch_size, seed, rank, world_size):
+        """Batches of landscape or of portrait images only, so a batch pads little."""
+        groups = [int(w >= h) for w, h in map(self._train.image_size, range(length))]
+        return GroupedBatchSampler(groups, batch_size, seed, rank, world_size)
+
+    def preprocessing(self, net):
+        """Each image resized keeping its ratio to the sizes it trains at (the low end of
+        a multi-scale ``short``) and padded to the net's multiple."""
+        return preprocessing_of(net, short=self.short, max_size=self.max_size)
+
+
+def dense_targets(net, parts, targets):
+    """A single-stage detector's predictions and anchor targets over the parts of a batch.
+
+    ``parts`` are ``(images, labels)`` or ``(images, sizes, labels)`` (padded batches) per
+    context (labels ``B x M x 6+``, padding -1);
+    ``targets(anchors, boxes, ids)`` is an :class:`~gluondet.nn.AnchorTargetGenerator`.
+    Returns the per-context lists ``cls_preds, box_preds, cls_targets, box_targets``.
+    """
+    columns = ([], [], [], [])
+    for part in parts:
+        images, labels = part[0], part[-1]
+        cls_pred, box_pred, anchors = net(images)
+        with autograd.pause():
+            cls_target, box_target = targets(anchors, labels[:, :, :4], labels[:, :, 4:5])
+        for column, value in zip(columns, (cls_pred, box_pred, cls_target, box_target)):
+            column.append(value)
+    return columns

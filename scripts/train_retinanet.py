@@ -1,0 +1,151 @@
+#!/usr/bin/env python
+"""Train RetinaNet (the dataset and schedule flags of gluondet's train_ssd.py, the resizing
+and loss flags of NVIDIA's ODTK and TAO RetinaNet).
+
+Per-dataset defaults (``DATASET_DEFAULTS``) fill only the flags left unset and are
+printed in the log.
+
+Examples
+--------
+The small network on the demo data, on the CPU::
+
+    python scripts/train_retinanet.py --network resnet18_v1b --dataset demo --gpus '' \
+        --epochs 1 --no-pretrained-base --resize 128 --max-size 256
+
+A KITTI folder (``training/`` and ``val/``)::
+
+    python scripts/train_retinanet.py --network resnet18_v1b --dataset kitti \
+        --dataset-root ~/data/kitti --classes car,pedestrian,cyclist
+"""
+import argparse
+import logging
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..'))
+
+from gluondet.engine import fit  # noqa: E402
+from gluondet.model_zoo.retinanet import RETINANET_ARCHS  # noqa: E402
+from gluondet.tasks import RetinaNetTask  # noqa: E402
+from gluondet.tasks import cli  # noqa: E402
+
+# ODTK's schedule (90k iterations of batch 16 with decays at 60k and 80k, 1k warm-up
+# iterations, lr 0.01, wd 1e-4) in epochs of COCO train2017; other datasets take the same.
+_ODTK = dict(epochs=12, lr=0.01, lr_decay_epoch='8,11', lr_warmup=1000, wd=1e-4)
+DATASET_DEFAULTS = {'coco': _ODTK, 'voc': _ODTK}
+
+
+def _floats(text):
+    try:
+        values = tuple(float(v) for v in text.split(','))
+    except ValueError:
+        values = ()
+    if not values or min(values) <= 0:
+        raise argparse.ArgumentTypeError('expected positive numbers like 0.5,1,2, got %r' % text)
+    return values
+
+
+def class_weights(text):
+    """``--class-weights car=1,pedestrian=2`` -> ``{'car': 1.0, 'pedestrian': 2.0}``."""
+    weights = {}
+    for item in filter(None, (v.strip() for v in text.split(','))):
+        name, sep, value = item.partition('=')
+        try:
+            weights[name.strip()] = float(value)
+        except ValueError:
+            sep = ''
+        if not sep or not name.strip() or weights.get(name.strip(), -1) < 0:
+            raise argparse.ArgumentTypeError('expected name=weight,..., got %r' % item)
+    return weights
+
+
+def build_parser():
+    parser = cli.parser('Train RetinaNet networks.')
+    add = parser.add_argument
+    add('--network', '--backbone', dest='network', default='resnet50_v1b',
+        help='base network: %s' % ', '.join(sorted(a[len('retinanet_'):]
+                                                  for a in RETINANET_ARCHS)))
+    cli.add_training_args(parser, epochs=None, lr=None, lr_decay_epoch=None, batch_size=2,
+                          wd=None, save_interval=1, lr_warmup=None, warmup_unit='iterations',
+                          scale_out=('syncbn', 'amp', 'horovod'))
+    add('--resize', type=int, default=None,
+        help="shorter side of the images (unset: the network's, 800 for COCO as ODTK)")
+    add('--max-size', type=int, default=None,
+        help="cap on the longer side (unset: the network's, 1333 for COCO as ODTK)")
+    add('--jitter', type=int, nargs=2, metavar=('MIN', 'MAX'), default=None,
+        help='random shorter side in [MIN, MAX] per training image (ODTK)')
+    add('--focal-alpha', type=float, default=0.25, help='focal loss alpha (TAO)')
+    add('--focal-gamma', type=float, default=2.0, help='focal loss gamma (TAO)')
+    add('--box-loss', choices=('smooth_l1', 'l1'), default='smooth_l1',
+        help='box regression loss: smooth L1 (beta --smoothl1-beta) or L1')
+    add('--smoothl1-beta', type=float, default=0.11, help='smooth L1 transition (ODTK 0.11)')
+    add('--loss-loc-weight', type=float, default=1.0, help='weight of the box loss (TAO)')
+    add('--class-weights', type=class_weights, default=None,
+        help='per-class focal loss weights, name=weight,... (TAO); unnamed classes 1')
+    add('--anchor-scales', type=_floats, default=None,
+        help="anchor scales per place (unset: 1,2^(1/3),2^(2/3))")
+    add('--anchor-ratios', type=_floats, default=None,
+        help='anchor aspect ratios, height/width (unset: 0.5,1,2)')
+    return parser
+
+
+def parse_args(argv=None):
+    return build_parser().parse_args(argv)
+
+
+def network_name(args):
+    """``retinanet_{network}_{voc|coco|custom}`` (GluonCV's naming scheme)."""
+    arch = 'retinanet_' + args.network
+    if arch not in RETINANET_ARCHS:
+        raise SystemExit('%s: error: no RetinaNet on --network %s in gluondet; it has %s'
+                         % (os.path.basename(sys.argv[0]), args.network,
+                            ', '.join(sorted(a[len('retinanet_'):] for a in RETINANET_ARCHS))))
+    return '%s_%s' % (arch, cli.zoo_dataset(args))
+
+
+def model_kwargs(args):
+    """The network arguments the flags set."""
+    kwargs = {}
+    if args.anchor_scales:
+        kwargs['scales'] = args.anchor_scales
+    if args.anchor_ratios:
+        kwargs['ratios'] = args.anchor_ratios
+    return kwargs
+
+
+def weights_of(classes, weights):
+    """Per-class loss weights in the classes' order (1 for the unnamed), or None."""
+    if not weights:
+        return None
+    unknown = sorted(set(weights) - set(classes))
+    if unknown:
+        raise SystemExit('%s: error: --class-weights names %s, not among the classes %s'
+                         % (os.path.basename(sys.argv[0]), ', '.join(unknown),
+                            ', '.join(classes)))
+    return [weights.get(name, 1.0) for name in classes]
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format='%(message)s')
+    cli.check_scale_out(args)
+    name = network_name(args)
+    resolved, defaults_used = cli.dataset_defaults(args, DATASET_DEFAULTS, fallback='coco',
+                                                   origin='ODTK')
+    train_dataset, val_dataset = cli.build_datasets(resolved)
+    short = tuple(args.jitter) if args.jitter else args.resize
+    task = RetinaNetTask(
+        name, train_dataset, val_dataset, short=short, max_size=args.max_size,
+        pretrained_base=args.pretrained_base, num_workers=args.num_workers,
+        model_kwargs=model_kwargs(args), focal_alpha=args.focal_alpha,
+        focal_gamma=args.focal_gamma, loc_weight=args.loss_loc_weight,
+        box_rho=0 if args.box_loss == 'l1' else args.smoothl1_beta,
+        class_weights=weights_of(train_dataset.classes, args.class_weights))
+    config = cli.train_config(resolved, args.save_prefix + name)
+    result = fit(task, config, hooks=[cli.StartupLog([defaults_used])])
+    cli.print_final(result)
+    return result
+
+
+if __name__ == '__main__':
+    main()

@@ -1,0 +1,89 @@
+"""Symbol and ONNX export of RetinaNet: ONNX Runtime parity with Gluon for every zoo name at
+batch 1 and 2, the post-processing graph against LevelTopKNMS, int8 and TensorRT checks."""
+import mxnet as mx
+import numpy as np
+import pytest
+
+from gluondet.deploy import compare_detections, detecting_random_weights
+from gluondet.model_zoo import get_model, get_model_list
+
+onnx = pytest.importorskip('onnx')
+ort = pytest.importorskip('onnxruntime')
+from gluondet.deploy import export_onnx  # noqa: E402
+from export_checks import assert_symbol_round_trip, checked_detector, run_onnx  # noqa: E402
+
+NAMES = [n for n in get_model_list() if n.startswith('retinanet_')]
+FAST_NAME = 'retinanet_resnet18_v1b_custom'
+SHAPE = (128, 160)
+
+
+def _detector(name, batch=2, seed=0, **kwargs):
+    """``name`` with random weights that detect on ``batch`` random SHAPE images."""
+    if name.endswith('_custom'):
+        kwargs.setdefault('classes', ['a', 'b', 'c'])
+    net = get_model(name, pretrained_base=False, **kwargs)
+    x = mx.nd.array(np.random.RandomState(seed).uniform(-2, 2, (batch, 3) + SHAPE))
+    detecting_random_weights(net, x, seed)
+    net.hybridize()
+    return net, x
+
+
+def _parity(net, x, tmp_path, min_per_image=20):
+    """ONNX Runtime vs Gluon: a static export at batch 1 and 2, and a dynamic one for both."""
+    dynamic = tmp_path / 'dynamic.onnx'
+    export_onnx(net, str(dynamic), SHAPE, dynamic_batch=True)
+    for batch in (1, 2):
+        expected = net(x[:batch])
+        static = tmp_path / ('static%d.onnx' % batch)
+        export_onnx(net, str(static), SHAPE, batch_size=batch)
+        for path in (static, dynamic):
+            result = compare_detections(expected, run_onnx(path, x[:batch]))
+            assert result.ok, '%s batch %d: %s' % (path.name, batch, result)
+            assert result.compared >= min_per_image * batch, str(result)
+
+
+@pytest.fixture(scope='module')
+def detector():
+    return _detector(FAST_NAME)
+
+
+def test_onnx_detections_equal_gluon(detector, tmp_path):
+    _parity(*detector, tmp_path)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('name', [n for n in NAMES if n != FAST_NAME])
+def test_onnx_detections_equal_gluon_for_every_zoo_name(name, tmp_path):
+    _parity(*_detector(name), tmp_path)
+
+
+@pytest.mark.parametrize('settings', [dict(nms_thresh=0.3, nms_topk=50, post_nms=20),
+                                      dict(nms_thresh=0.7, nms_topk=2000, post_nms=-1)])
+def test_onnx_nms_settings(detector, tmp_path, settings):
+    net, x = detector
+    try:
+        net.set_nms(**settings)
+        expected = net(x)
+        path = tmp_path / 'm.onnx'
+        export_onnx(net, str(path), SHAPE, batch_size=2)
+        got = run_onnx(path, x)
+        assert got[0].shape == expected[0].shape
+        result = compare_detections(expected, got)
+        assert result.ok and result.compared > 20, str(result)
+    finally:
+        net.set_nms()
+
+
+def test_onnx_model_checks_and_describes_itself(detector, tmp_path):
+    net, _ = detector
+    path = tmp_path / 'm.onnx'
+    export_onnx(net, str(path), SHAPE, batch_size=2)
+    _, meta = checked_detector(path, 2, SHAPE, 100)
+    assert meta['classes'] == ['a', 'b', 'c'] and meta['data_shape'] == list(SHAPE)
+    assert meta['nms'] == {'score_thresh': 0.05, 'nms_thresh': 0.5, 'nms_topk': 1000,
+                           'post_nms': 100}
+
+
+def test_export_symbol_gives_identical_outputs(detector, tmp_path):
+    net, x = detector
+    assert_symbol_round_trip(net, x, str(tmp_path / 'sym'), SHAPE)
