@@ -6,7 +6,7 @@ PIP := $(PY) -m pip --disable-pip-version-check
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: venv demo test test-fast bench clean-venv
+.PHONY: venv demo test test-fast bench bench-torch-venv clean-venv
 
 venv: $(STAMP)
 
@@ -33,6 +33,13 @@ test-fast: venv
 
 bench: venv
 	$(PY) benchmarks/run_all.py
+
+# torchvision for benchmarks/bench_retinanet.py, in an environment of its own (several GB:
+# torch's CUDA build; MXNet needs numpy < 1.24, torch brings numpy 2).
+bench-torch-venv:
+	test -x .venv-torch/bin/python || $(PYTHON) -m venv .venv-torch
+	.venv-torch/bin/python -m pip install -q --disable-pip-version-check \
+	  torch==2.14.1 torchvision==0.29.1
 
 clean-venv:
 	rm -rf $(VENV)

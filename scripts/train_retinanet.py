@@ -45,6 +45,19 @@ def _floats(text):
     return values
 
 
+def _ints(text):
+    try:
+        return tuple(int(v) for v in text.split(',') if v.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError('expected integers like 0,1, got %r' % text) from None
+
+
+def _bool(text):
+    if text.lower() not in ('true', 'false', '1', '0', 'yes', 'no'):
+        raise argparse.ArgumentTypeError('expected true or false, got %r' % text)
+    return text.lower() in ('true', '1', 'yes')
+
+
 def class_weights(text):
     """``--class-weights car=1,pedestrian=2`` -> ``{'car': 1.0, 'pedestrian': 2.0}``."""
     weights = {}
@@ -68,6 +81,16 @@ def build_parser():
     cli.add_training_args(parser, epochs=None, lr=None, lr_decay_epoch=None, batch_size=2,
                           wd=None, save_interval=1, lr_warmup=None, warmup_unit='iterations',
                           scale_out=('syncbn', 'amp', 'horovod'))
+    add('--iters', type=int, default=None,
+        help='train this many iterations instead of --epochs (ODTK; with --milestones)')
+    add('--milestones', type=_ints, default=(),
+        help='step schedule with --iters: iterations at which the lr decays (ODTK)')
+    add('--schedule', type=float, default=1.0,
+        help='scale --iters and --milestones by this (ODTK)')
+    add('--val-iters', type=int, default=0,
+        help='also validate every this many iterations (ODTK; 0: by epochs only)')
+    add('--warmup', dest='lr_warmup', type=int, default=None,
+        help='ODTK: the same as --lr-warmup, warmup iterations')
     add('--resize', type=int, default=None,
         help="shorter side of the images (unset: the network's, 800 for COCO as ODTK)")
     add('--max-size', type=int, default=None,
@@ -86,6 +109,24 @@ def build_parser():
         help="anchor scales per place (unset: 1,2^(1/3),2^(2/3))")
     add('--anchor-ratios', type=_floats, default=None,
         help='anchor aspect ratios, height/width (unset: 0.5,1,2)')
+    add('--freeze-bn', type=_bool, nargs='?', const=True, default=None,
+        help="the backbone's BatchNorm frozen (true) or trained (false) (TAO's freeze_bn; "
+             'unset: frozen with a pretrained base, trained from scratch)')
+    add('--freeze-blocks', type=_ints, default=(),
+        help="backbone blocks that do not train, e.g. 0,1 (TAO's freeze_blocks: 0 the stem, "
+             '1-4 the ResNet stages)')
+    add('--fine-tune', default=None, metavar='PATH',
+        help='start from this trained .params of the network (ODTK); other classes: the '
+             'class head starts anew, keeping the classes both have')
+    add('--auto-augment', nargs='?', const='v0', default=None, choices=('v0', 'scale_aware'),
+        help="learned-policy detection augmentation: Zoph et al.'s policy v0 (the default "
+             "when given bare) or the scale-aware one (image zoom, box-level operations "
+             'with area attenuation)')
+    add('--nesterov', action='store_true', help='SGD with Nesterov momentum (MXNet nag)')
+    add('--regularizer', choices=('none', 'l1', 'l2'), default=None,
+        help="TAO's regularizer on the weights with --reg-weight (l2 becomes --wd of twice "
+             'the weight; l1 a loss term, with --wd 0); unset: --wd')
+    add('--reg-weight', type=float, default=4e-5, help="the regularizer's weight (TAO's)")
     return parser
 
 
@@ -125,24 +166,65 @@ def weights_of(classes, weights):
     return [weights.get(name, 1.0) for name in classes]
 
 
+def iteration_schedule(args):
+    """The config of ODTK's --iters/--milestones/--schedule/--val-iters (empty without
+    --iters)."""
+    if args.iters is None:
+        if args.milestones:
+            raise SystemExit('%s: error: --milestones go with --iters'
+                             % os.path.basename(sys.argv[0]))
+        return {'val_iters': args.val_iters} if args.val_iters else {}
+    if args.iters < 1 or args.schedule <= 0:
+        raise SystemExit('%s: error: --iters must be >= 1 and --schedule > 0'
+                         % os.path.basename(sys.argv[0]))
+    return {'max_iters': int(args.iters * args.schedule),
+            'lr_decay_iters': tuple(int(m * args.schedule) for m in args.milestones),
+            'val_iters': args.val_iters}
+
+
+def regularization(args):
+    """``(overrides of the config, L1 weight of the task, a log line)`` of --regularizer."""
+    if args.regularizer is None:
+        return {}, 0.0, ''
+    if args.regularizer == 'l2':
+        return ({'wd': 2 * args.reg_weight}, 0.0,
+                '--regularizer l2 --reg-weight %g: weight decay %g' % (args.reg_weight,
+                                                                       2 * args.reg_weight))
+    weight = args.reg_weight if args.regularizer == 'l1' else 0.0
+    return {'wd': 0.0}, weight, '--regularizer %s: no weight decay%s' % (
+        args.regularizer, ', L1 weight %g (loss_reg)' % weight if weight else '')
+
+
 def main(argv=None):
     args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format='%(message)s')
     cli.check_scale_out(args)
     name = network_name(args)
+    if args.freeze_blocks and not args.network.startswith('resnet'):
+        raise SystemExit('%s: error: --freeze-blocks needs a ResNet backbone, not %s'
+                         % (os.path.basename(sys.argv[0]), args.network))
     resolved, defaults_used = cli.dataset_defaults(args, DATASET_DEFAULTS, fallback='coco',
                                                    origin='ODTK')
+    overrides, l1, reg_line = regularization(args)
+    overrides.update(iteration_schedule(args))
+    if args.nesterov:
+        overrides['optimizer'] = 'nag'
     train_dataset, val_dataset = cli.build_datasets(resolved)
     short = tuple(args.jitter) if args.jitter else args.resize
-    task = RetinaNetTask(
-        name, train_dataset, val_dataset, short=short, max_size=args.max_size,
-        pretrained_base=args.pretrained_base, num_workers=args.num_workers,
-        model_kwargs=model_kwargs(args), focal_alpha=args.focal_alpha,
-        focal_gamma=args.focal_gamma, loc_weight=args.loss_loc_weight,
-        box_rho=0 if args.box_loss == 'l1' else args.smoothl1_beta,
-        class_weights=weights_of(train_dataset.classes, args.class_weights))
-    config = cli.train_config(resolved, args.save_prefix + name)
-    result = fit(task, config, hooks=[cli.StartupLog([defaults_used])])
+    try:
+        task = RetinaNetTask(
+            name, train_dataset, val_dataset, short=short, max_size=args.max_size,
+            pretrained_base=args.pretrained_base, num_workers=args.num_workers,
+            model_kwargs=model_kwargs(args), focal_alpha=args.focal_alpha,
+            focal_gamma=args.focal_gamma, loc_weight=args.loss_loc_weight,
+            box_rho=0 if args.box_loss == 'l1' else args.smoothl1_beta,
+            class_weights=weights_of(train_dataset.classes, args.class_weights),
+            freeze_bn=args.freeze_bn, freeze_blocks=args.freeze_blocks, l1=l1,
+            auto_augment=args.auto_augment, fine_tune=args.fine_tune)
+    except ValueError as err:
+        raise SystemExit('%s: error: %s' % (os.path.basename(sys.argv[0]), err)) from None
+    config = cli.train_config(resolved, args.save_prefix + name, **overrides)
+    result = fit(task, config, hooks=[cli.StartupLog([defaults_used, reg_line])])
     cli.print_final(result)
     return result
 

@@ -31,3 +31,4 @@ def test_faster_rcnn_demo_recipe_reaches_map_0_9_from_scratch(tmp_path):
     """The Faster R-CNN recipe's budget: 5 epochs of 1000 images at 128 px, about 7 minutes."""
     metrics = demo.run_demo(str(tmp_path), 'faster_rcnn')
     assert metrics['mAP'] >= 0.9, metrics
+

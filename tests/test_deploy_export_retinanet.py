@@ -87,3 +87,26 @@ def test_onnx_model_checks_and_describes_itself(detector, tmp_path):
 def test_export_symbol_gives_identical_outputs(detector, tmp_path):
     net, x = detector
     assert_symbol_round_trip(net, x, str(tmp_path / 'sym'), SHAPE)
+
+
+@pytest.fixture
+def no_tensorrt(monkeypatch):
+    import sys
+    monkeypatch.setitem(sys.modules, 'tensorrt', None)
+
+
+def test_tensorrt_limits_name_the_setting_and_768_per_level_fits(tmp_path, no_tensorrt):
+    from gluondet.deploy import tensorrt as gt
+    net = get_model(FAST_NAME, classes=['a', 'b', 'c'], pretrained_base=False)
+    net.initialize()
+    path = str(tmp_path / 'default.onnx')
+    export_onnx(net, path, (512, 512))        # 4 levels x 1000 + P7's 432 sorted together
+    with pytest.raises(ValueError, match=r"k = 4432, set by the detection NMS .*"
+                                         r"set_nms\(nms_topk=768\) for its five levels"):
+        gt.check_tensorrt_limits(path)
+    net.set_nms(nms_topk=768)
+    export_onnx(net, path, (512, 512))
+    gt.check_tensorrt_limits(path)
+    spec = gt.read_onnx_input(path)
+    assert spec.shape == (1, 3, 512, 512)
+    assert 'NonMaxSuppression' in ' '.join(op for _, op in spec.nodes)

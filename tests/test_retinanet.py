@@ -187,3 +187,94 @@ def test_hybridized_equals_imperative_and_is_a_singlestage_detector():
     net.hybridize(static_alloc=True, static_shape=True)
     for got, expected in zip(net(x), want):
         np.testing.assert_allclose(got.asnumpy(), expected, rtol=1e-5, atol=1e-4)
+
+
+def _task(**kwargs):
+    from gluondet.data import DemoDetection
+    from gluondet.tasks import RetinaNetTask
+    train = DemoDetection('train', num_images=4, image_size=96)
+    return RetinaNetTask('retinanet_resnet18_v1b_custom', train, train, short=96, max_size=128,
+                         **kwargs)
+
+
+def test_freeze_bn_and_blocks_choose_the_trainable_parameters():
+    task = _task(pretrained_base=False, freeze_blocks=(0, 1))
+    net = task.build_net([mx.cpu()])
+    names = set(task.train_params(net))
+    backbone = net.features.backbone
+    assert not names & set(backbone.stage_params('stem', 'layer1'))
+    assert set(backbone.stage_params('layer2')) <= names      # BatchNorm too: from scratch
+    assert set(net.class_head.collect_params()) <= names
+    frozen = _task(pretrained_base=False, freeze_bn=True)
+    net = frozen.build_net([mx.cpu()])
+    names = set(frozen.train_params(net))
+    from gluondet.model_zoo.detector import norm_param_names
+    norms = set(norm_param_names(net.features.backbone))
+    assert norms and not names & norms
+    assert all(bn._kwargs['use_global_stats'] for bn in _batchnorms(net.features.backbone))
+    trained = _task(pretrained_base=False, freeze_bn=False)
+    net = trained.build_net([mx.cpu()])
+    assert set(norm_param_names(net.features.backbone)) <= set(trained.train_params(net))
+    assert not any(bn._kwargs['use_global_stats'] for bn in _batchnorms(net.features.backbone))
+    with pytest.raises(ValueError, match='blocks are 0'):
+        _task(freeze_blocks=(5,))
+
+
+def _batchnorms(block):
+    found = []
+    block.apply(lambda b: found.append(b) if isinstance(b, mx.gluon.nn.BatchNorm) else None)
+    return found
+
+
+def test_l1_regularizer_is_a_loss_term_of_the_trainable_conv_weights():
+    from gluondet.data.batchify import Pad, PadImages, Tuple
+    task = _task(pretrained_base=False, l1=1e-3, freeze_blocks=(0,))
+    net = task.build_net([mx.cpu()])
+    params = task.train_params(net)
+    train = task.train_dataset()
+    batch = Tuple(PadImages(128), Pad(pad_val=-1))([train[0], train[1]])
+    with autograd.record():
+        losses = task.losses(net, [batch])
+    assert sorted(losses) == ['loss_box', 'loss_cls', 'loss_reg']
+    want = 1e-3 * sum(float(np.abs(p.data().asnumpy()).sum()) for name, p in params.items()
+                      if name.endswith('weight') and len(p.shape) == 4)
+    assert abs(float(losses['loss_reg'][0].asscalar()) - want) < 1e-4 * want
+    stem = net.features.backbone.conv1.weight.name
+    assert stem not in params
+
+
+def test_fine_tune_starts_from_a_trained_model_and_renews_the_class_head(tmp_path):
+    from gluondet.data import DemoDetection
+    from gluondet.engine import TrainConfig, fit
+    from gluondet.tasks import RetinaNetTask
+    train = DemoDetection('train', num_images=4, image_size=96)
+    kwargs = dict(short=96, max_size=128, pretrained_base=False,
+                  model_kwargs=dict(head_channels=32))
+    first = RetinaNetTask('retinanet_resnet18_v1b_custom', train, train, **kwargs)
+    config = TrainConfig(batch_size=2, num_workers=0, epochs=1, lr=0.01, save_interval=0,
+                         val_interval=1, log_interval=1, save_prefix=str(tmp_path / 'a'))
+    trained = fit(first, config).net
+    params = str(tmp_path / 'a_best.params')
+    # the same classes: every weight is the trained one
+    again = RetinaNetTask('retinanet_resnet18_v1b_custom', train, train, fine_tune=params,
+                          **dict(kwargs, model_kwargs={}))   # the json says head_channels
+    net = again.build_net([mx.cpu()])
+    mine = net._collect_params_with_prefix()   # structural names: the prefixes' counters differ
+    for name, p in trained._collect_params_with_prefix().items():
+        np.testing.assert_array_equal(p.data().asnumpy(), mine[name].data().asnumpy())
+    # other classes: the shared ones keep their class rows, the box head stays
+    classes = ('star', 'circle', 'hexagon')
+    other = RetinaNetTask('retinanet_resnet18_v1b_custom', train, train, classes=classes,
+                          fine_tune=params, **kwargs)
+    net = other.build_net([mx.cpu()])
+    assert net.classes == classes
+    old = trained.class_predictors[0].weight.data().asnumpy().reshape(9, 5, -1)
+    new = net.class_predictors[0].weight.data().asnumpy().reshape(9, 3, -1)
+    star, circle = train.classes.index('star'), train.classes.index('circle')
+    np.testing.assert_array_equal(new[:, 0], old[:, star])
+    np.testing.assert_array_equal(new[:, 1], old[:, circle])
+    np.testing.assert_array_equal(net.box_predictors[0].weight.data().asnumpy(),
+                                  trained.box_predictors[0].weight.data().asnumpy())
+    with pytest.raises(ValueError, match='no such file'):
+        RetinaNetTask('retinanet_resnet18_v1b_custom', train, train,
+                      fine_tune=str(tmp_path / 'none.params'))

@@ -5,7 +5,6 @@ import ast
 import logging
 import os
 import signal
-import subprocess
 import sys
 import types
 
@@ -17,6 +16,7 @@ from gluondet.data import DemoDetection
 from gluondet.engine import SampleIndex, TrainConfig
 from gluondet.engine.testing import check_resume
 from gluondet.tasks import FasterRCNNTask, cli
+from script_runs import run, run_on_small_demo
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -209,11 +209,6 @@ def test_the_log_gets_the_lines_and_with_verbose_the_trainable_parameters(caplog
     assert frozen.name not in caplog.messages[1] and len(caplog.messages) == 2
 
 
-def _run(*argv, **kwargs):
-    return subprocess.run([sys.executable] + list(argv), capture_output=True, text=True,
-                          timeout=900, **kwargs)
-
-
 @pytest.mark.parametrize('argv, message', [
     (('--amp',), '--amp: not available'),
     (('--horovod',), '--horovod: not available'),
@@ -222,8 +217,8 @@ def _run(*argv, **kwargs):
     (('--network', 'resnet101_v1d'), 'no Faster R-CNN on --network resnet101_v1d in gluondet'),
 ])
 def test_refusals_are_one_line_without_a_traceback(argv, message, tmp_path):
-    out = _run(SCRIPT, '--dataset', 'demo', '--gpus', '', *argv, cwd=str(tmp_path),
-               env=dict(os.environ, GLUONDET_HOME=str(tmp_path)))
+    out = run(SCRIPT, '--dataset', 'demo', '--gpus', '', *argv, cwd=str(tmp_path),
+           env=dict(os.environ, GLUONDET_HOME=str(tmp_path)))
     assert out.returncode != 0
     assert 'Traceback' not in out.stderr
     assert len(out.stderr.strip().splitlines()) == 1 and message in out.stderr, out.stderr
@@ -244,14 +239,10 @@ def test_a_bad_flag_value_is_one_line():
 CPU_COMMAND = ['--network', 'resnet18_v1b', '--use-fpn', '--dataset', 'demo', '--gpus', '',
                '--epochs', '1', '--no-pretrained-base', '--image-short', '128',
                '--image-max-size', '160']
-SMALL_DEMO = ('import runpy, sys; import gluondet.data.demo as demo; '
-              'demo.DEFAULT_NUM_IMAGES.update(train=12, val=6); '
-              'sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name="__main__")')
 
 
 def test_cpu_command_trains_validates_and_logs_its_defaults(tmp_path):
-    out = _run('-c', SMALL_DEMO, SCRIPT, *CPU_COMMAND, cwd=str(tmp_path),
-               env=dict(os.environ, GLUONDET_HOME=str(tmp_path / 'home')))
+    out = run_on_small_demo(SCRIPT, CPU_COMMAND, tmp_path, 12, 6)
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.startswith('final: ') and 'mAP=' in out.stdout
     name = 'faster_rcnn_fpn_resnet18_v1b_custom'

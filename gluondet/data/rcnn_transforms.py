@@ -17,9 +17,11 @@ def _short(short):
 class RCNNTrainTransform:
     """GluonCV's ``FasterRCNNDefaultTrainTransform`` without its target making.
 
-    The shorter side goes to ``short`` (or a random integer in ``[short[0],
-    short[1]]``, multi-scale training), the longer at most ``max_size``
-    (bilinear); a horizontal flip with probability ``flip_p``; normalization.
+    First ``augment`` (optional, ``(image, label) -> (image, label)`` on the uint8
+    image: :class:`~gluondet.data.autoaugment.DetectionAutoAugment`). The shorter side
+    goes to ``short`` (or a random integer in ``[short[0], short[1]]``, multi-scale
+    training), the longer at most ``max_size`` (bilinear); a horizontal flip with
+    probability ``flip_p``; normalization.
     Random draws come from numpy's global RNG, which the engine seeds per sample.
 
     Returns
@@ -29,11 +31,14 @@ class RCNNTrainTransform:
     """
 
     def __init__(self, short=600, max_size=1000, flip_p=0.5, mean=T.IMAGENET_MEAN,
-                 std=T.IMAGENET_STD):
+                 std=T.IMAGENET_STD, augment=None):
         self.short, self.max_size, self.flip_p = _short(short), max_size, flip_p
         self.mean, self.std = mean, std
+        self.augment = augment
 
     def __call__(self, image, label):
+        if self.augment is not None:
+            image, label = self.augment(image, label)
         low, high = self.short
         short = low if low == high else int(np.random.randint(low, high + 1))
         img, label = T.resize_short_within(image, label, short, self.max_size, interp=1)

@@ -47,7 +47,7 @@ def split_names(split):
 
 
 def resolve_dataset(dataset, root=None, split=None, classes=None, annotation_file=None,
-                    image_root=None, train=False, on_error='skip'):
+                    image_root=None, train=False, on_error='skip', class_mapping=None):
     """The dataset that a name, a root and a split say.
 
     Parameters
@@ -80,6 +80,9 @@ def resolve_dataset(dataset, root=None, split=None, classes=None, annotation_fil
         out (GluonCV's ``skip_empty``); else they are kept, as for validation.
     on_error : {'skip', 'raise'}
         See :class:`~gluondet.data.DetectionDataset`.
+    class_mapping : dict, optional
+        kitti: KITTI type -> class name, many to one (TAO's ``target_class_mapping``); the
+        classes are its targets unless ``classes`` orders them. Other types are dropped.
 
     Raises
     ------
@@ -96,6 +99,8 @@ def resolve_dataset(dataset, root=None, split=None, classes=None, annotation_fil
     role = 0 if train else 1
     if (annotation_file or image_root) and name != 'coco':
         raise ValueError('a COCO json and its image root go with the coco dataset, not %s' % name)
+    if class_mapping and name != 'kitti':
+        raise ValueError('a class mapping goes with the kitti dataset, not %s' % name)
     if name == 'coco' and annotation_file:
         if names:
             raise ValueError('a COCO json is its own split: no split with %s' % annotation_file)
@@ -122,9 +127,10 @@ def resolve_dataset(dataset, root=None, split=None, classes=None, annotation_fil
         return COCODetection(folder, splits=split, classes=classes, skip_empty=train,
                              image_root=image_root, on_error=on_error)
     folder = _kitti(root, names[0] if names else None, role)
+    if not class_mapping and classes:
+        class_mapping = {c: c for c in classes}
     return KITTIDetection(os.path.dirname(folder), split=os.path.basename(folder),
-                          classes=classes, on_error=on_error,
-                          class_mapping={c: c for c in classes} if classes else None)
+                          classes=classes, on_error=on_error, class_mapping=class_mapping or None)
 
 
 def _candidates(root, name):

@@ -243,7 +243,7 @@ def _read_json(path, what):
     return data
 
 
-def _training_meta(params):
+def training_meta(params):
     """The task meta of a params file the engine wrote (from the ``.json`` beside), or None."""
     path = os.path.splitext(params)[0] + '.json'
     if not os.path.isfile(path):
@@ -300,7 +300,7 @@ def load_network(model, params=None, pretrained=False, classes=None, data_shape=
                              'model zoo name' % model)
         if not os.path.isfile(model):
             raise FileNotFoundError('params file not found: %s' % model)
-        meta = _training_meta(model)
+        meta = training_meta(model)
         if meta is None:
             raise ValueError('%s has no training json (%s) beside it: give the model zoo name, '
                              'with this file as its params'
@@ -316,7 +316,7 @@ def load_network(model, params=None, pretrained=False, classes=None, data_shape=
         if params is not None:
             if not os.path.isfile(params):
                 raise FileNotFoundError('params file not found: %s' % params)
-            meta = _training_meta(params)
+            meta = training_meta(params)
             if meta is not None and meta['network'] != network:
                 raise ValueError('%s was trained as %s, not %s' % (params, meta['network'],
                                                                    network))

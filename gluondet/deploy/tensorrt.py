@@ -43,7 +43,8 @@ _TOPK_SETTINGS = {
     'proposals': "the RPN's pre-NMS top-k (rpn_test_pre_nms, capped by the anchors of the "
                  'input size) or its post-NMS count (rpn_test_post_nms)',
     'postprocess': "the detection NMS (set_nms: nms_topk, post_nms; -1 keeps every candidate, "
-                   'classes x regions for Faster R-CNN)',
+                   'classes x regions for Faster R-CNN; RetinaNet sorts levels x nms_topk '
+                   'candidates: set_nms(nms_topk=768) for its five levels)',
 }
 
 OnnxInput = collections.namedtuple('OnnxInput', ['name', 'shape', 'nodes'])

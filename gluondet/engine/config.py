@@ -4,7 +4,7 @@ import difflib
 import math
 from typing import Tuple
 
-LR_MODES = ('step', 'cosine')
+LR_MODES = ('step', 'cosine', 'soft_start_annealing')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,14 +38,28 @@ class TrainConfig:
         optimizers that take one).
     optimizer : str
         An MXNet optimizer name (``'sgd'``, ``'nag'``, ``'adam'``, ...).
-    lr_mode : {'step', 'cosine'}
+    lr_mode : {'step', 'cosine', 'soft_start_annealing'}
         ``step``: multiply by ``lr_decay`` at the start of each epoch in
-        ``lr_decay_epoch``; ``cosine``: from ``lr`` to 0 between the end of
-        warmup and the last iteration.
+        ``lr_decay_epoch``; ``cosine``: from ``lr`` to ``lr_min`` between the end of
+        warmup and the last iteration; ``soft_start_annealing`` (NVIDIA TAO's):
+        from ``lr_min`` up to ``lr`` exponentially until ``soft_start`` of the
+        training, ``lr`` until ``annealing``, then down to ``lr_min`` exponentially.
     lr_decay : float
     lr_decay_epoch : tuple of int
         Epochs (0-based) at whose start the step decay applies; a comma
         string such as ``'160,200'`` is accepted.
+    max_iters : int
+        Train this many optimizer steps in all, instead of ``epochs`` epochs (ODTK's
+        iteration schedule): the last epoch stops partway; 0: ``epochs`` decides.
+    lr_decay_iters : tuple of int
+        Step schedule: global steps at which the decay applies (ODTK's
+        ``--milestones``), instead of ``lr_decay_epoch``.
+    lr_min : float
+        The lowest learning rate of the cosine and soft-start annealing schedules
+        (TAO's ``min_learning_rate``; ``lr`` is its ``max_learning_rate``).
+    soft_start, annealing : float
+        Soft-start annealing: the fractions of training where the ramp up ends and
+        the decay begins (TAO's defaults 0.1 and 0.3).
     warmup_epochs : float
         Linear warmup length in epochs (fractions allowed).
     warmup_iters : int
@@ -81,6 +95,8 @@ class TrainConfig:
         Validate after every ``val_interval``-th epoch and after the last one
         (0: only when saving params). An epoch whose params are saved is
         validated too (the file name holds the metric).
+    val_iters : int
+        Also validate every this many steps (ODTK's ``--val-iters``; 0: by epochs only).
     val_metric : str
         Key of ``task.validate()``'s result that selects the best model
         (higher is better).
@@ -112,6 +128,11 @@ class TrainConfig:
     lr_mode: str = 'step'
     lr_decay: float = 0.1
     lr_decay_epoch: Tuple[int, ...] = (160, 200)
+    max_iters: int = 0
+    lr_decay_iters: Tuple[int, ...] = ()
+    lr_min: float = 0.0
+    soft_start: float = 0.1
+    annealing: float = 0.3
     warmup_epochs: float = 0.0
     warmup_iters: int = 0
     warmup_factor: float = 1.0 / 3
@@ -123,6 +144,7 @@ class TrainConfig:
     save_prefix: str = 'model'
     save_interval: int = 10
     val_interval: int = 1
+    val_iters: int = 0
     val_metric: str = 'mAP'
     checkpoint_interval: int = 0
     seed: int = 233
@@ -132,6 +154,8 @@ class TrainConfig:
 
     def __post_init__(self):
         object.__setattr__(self, 'lr_decay_epoch', _epoch_list(self.lr_decay_epoch))
+        object.__setattr__(self, 'lr_decay_iters', _epoch_list(self.lr_decay_iters,
+                                                               'lr_decay_iters'))
         for field in dataclasses.fields(self):
             _check_type(field.name, getattr(self, field.name), field.type)
             if field.type is float:
@@ -164,6 +188,7 @@ class TrainConfig:
         """The fields as a JSON-ready dict (tuples become lists)."""
         out = dataclasses.asdict(self)
         out['lr_decay_epoch'] = list(self.lr_decay_epoch)
+        out['lr_decay_iters'] = list(self.lr_decay_iters)
         return out
 
     @property
@@ -172,13 +197,13 @@ class TrainConfig:
         return max(0, self.epochs - self.no_mixup_epochs) if self.mixup else 0
 
 
-def _epoch_list(value):
+def _epoch_list(value, name='lr_decay_epoch'):
     if isinstance(value, str):
         try:
             return tuple(int(v) for v in value.split(',') if v.strip())
         except ValueError:
-            raise ValueError('lr_decay_epoch must be comma-separated integers, got %r'
-                             % value) from None
+            raise ValueError('%s must be comma-separated integers, got %r'
+                             % (name, value)) from None
     if isinstance(value, (list, tuple)):
         return tuple(value)
     return value
@@ -213,8 +238,17 @@ def _check_values(cfg):
          'optimizer must be an MXNet optimizer name', cfg.optimizer),
         (cfg.lr_mode in LR_MODES, 'lr_mode must be one of %s' % (LR_MODES,), cfg.lr_mode),
         (cfg.lr_decay > 0, 'lr_decay must be > 0', cfg.lr_decay),
+        (cfg.max_iters >= 0, 'max_iters must be >= 0 (0: by epochs)', cfg.max_iters),
+        (all(i >= 0 for i in cfg.lr_decay_iters), 'lr_decay_iters must be >= 0',
+         cfg.lr_decay_iters),
+        (cfg.val_iters >= 0, 'val_iters must be >= 0', cfg.val_iters),
         (all(e >= 0 for e in cfg.lr_decay_epoch), 'lr_decay_epoch must be >= 0',
          cfg.lr_decay_epoch),
+        (0 <= cfg.lr_min < cfg.lr, 'need 0 <= lr_min < lr', (cfg.lr_min, cfg.lr)),
+        (cfg.lr_mode != 'soft_start_annealing' or cfg.lr_min > 0,
+         'soft_start_annealing needs lr_min > 0 (it ramps exponentially from it)', cfg.lr_min),
+        (0 <= cfg.soft_start <= cfg.annealing <= 1,
+         'need 0 <= soft_start <= annealing <= 1', (cfg.soft_start, cfg.annealing)),
         (cfg.warmup_epochs >= 0, 'warmup_epochs must be >= 0', cfg.warmup_epochs),
         (cfg.warmup_iters >= 0, 'warmup_iters must be >= 0 (0: no warmup)', cfg.warmup_iters),
         (not (cfg.warmup_iters and cfg.warmup_epochs),

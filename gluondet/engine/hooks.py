@@ -213,8 +213,9 @@ class CheckpointHook(HookBase):
 class ValidationHook(HookBase):
     """Validates, keeps the best metric, writes GluonCV's params files.
 
-    After every ``save_interval``-th epoch, and (if ``val_interval`` > 0)
-    every ``val_interval``-th and the last epoch, it calls
+    After every ``save_interval``-th epoch, (if ``val_interval`` > 0) every
+    ``val_interval``-th and the last epoch, and (if ``val_iters`` > 0) every
+    ``val_iters``-th step within an epoch, it calls
     ``task.validate(net, ctx_list)`` and reports the result. When
     ``metrics[val_metric]`` beats the best so far it writes
     ``{save_prefix}_best.params`` and appends to ``{save_prefix}_best_map.log``;
@@ -243,6 +244,12 @@ class ValidationHook(HookBase):
         if (self._restored and state.batch == 0 and done >= 0 and self._due(done)
                 and (self.validated_epoch is None or self.validated_epoch < done)):
             self._validate(done)
+
+    def after_step(self):
+        state, every = self.loop.state, self.config.val_iters
+        if (every and state.iteration % every == 0 and state.batch < state.batches_per_epoch
+                and not self.loop.done()):    # the epoch's end validates in after_epoch
+            self._validate(state.epoch)
 
     def after_epoch(self):
         if self._due(self.loop.state.epoch):

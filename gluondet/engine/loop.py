@@ -67,11 +67,14 @@ class TrainLoop:
         Train until ``state.epoch == epochs``.
     runtime : Runtime
     state : TrainState
+    max_iters : int
+        Also stop once ``state.iteration`` reaches it, ending that epoch early (0: no limit).
     """
 
-    def __init__(self, net, trainer, task, data, hooks, epochs, runtime, state):
+    def __init__(self, net, trainer, task, data, hooks, epochs, runtime, state, max_iters=0):
         self.net, self.trainer, self.task, self.data = net, trainer, task, data
         self.epochs, self.runtime, self.state = epochs, runtime, state
+        self.max_iters = max_iters
         self.hooks = list(hooks)
         for hook in self.hooks:
             hook.loop = self
@@ -88,7 +91,7 @@ class TrainLoop:
                 self._call('before_epoch')
                 batches = iter(self.data.epoch(self.state.epoch, self.state.batch))
                 batch = next(batches, None)
-                while batch is not None:
+                while batch is not None and not self.done():
                     self._call('before_step')
                     self.run_step(batch)
                     if not self.overlap_loading:
@@ -102,6 +105,10 @@ class TrainLoop:
                 self.state.batch = 0
         finally:
             self._call('after_train')
+
+    def done(self):
+        """Whether the step limit (``max_iters``) is reached."""
+        return bool(self.max_iters) and self.state.iteration >= self.max_iters
 
     def run_step(self, batch):
         """Forward the task's losses, backward their sum, one optimizer step."""
@@ -207,9 +214,13 @@ def fit(task, config, runtime=None, hooks=()):
     reporter = Reporter(config.save_prefix, config.logdir, runtime.is_main)
     schedule = LRSchedule.from_config(config, data.iters_per_epoch)
     all_hooks = default_hooks(task, config, schedule, checkpointer, reporter) + list(hooks)
-    loop = TrainLoop(net, trainer, task, data, all_hooks, config.epochs, runtime,
+    # an iteration budget (ODTK's) sets the epochs: the last one stops at max_iters
+    epochs = (-(-config.max_iters // data.iters_per_epoch) if config.max_iters
+              else config.epochs)
+    loop = TrainLoop(net, trainer, task, data, all_hooks, epochs, runtime,
                      TrainState(data.iters_per_epoch, epoch=config.start_epoch,
-                                iteration=config.start_epoch * data.iters_per_epoch))
+                                iteration=config.start_epoch * data.iters_per_epoch),
+                     max_iters=config.max_iters)
     with reporter:
         checkpointer.resume(loop, config.resume)
         loop.train()

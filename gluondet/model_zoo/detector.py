@@ -5,11 +5,12 @@ import warnings
 
 import mxnet as mx
 from mxnet import autograd, gluon
+from mxnet.gluon import nn
 
 from . import gluoncv_compat, registry
 
-__all__ = ['Detector', 'reuse_mapping', 'initialized_ctx', 'dataset_builder', 'custom_builder',
-           'register_presets']
+__all__ = ['Detector', 'reuse_mapping', 'initialized_ctx', 'norm_param_names', 'dataset_builder',
+           'custom_builder', 'register_presets']
 
 
 class Detector(gluon.HybridBlock):
@@ -24,6 +25,8 @@ class Detector(gluon.HybridBlock):
     classes : sequence of str
         Foreground class names.
     """
+
+    gluoncv_format = None
 
     def __init__(self, classes, **kwargs):
         super().__init__(**kwargs)
@@ -58,15 +61,17 @@ class Detector(gluon.HybridBlock):
         """Load a gluondet or GluonCV 0.10 ``.params`` file of this network.
 
         A GluonCV file (its names differ) is recognized and renamed by the subclass's
-        ``gluoncv_format``, a pair ``(is_its_file(arrays), convert(arrays, net, source))``
+        ``gluoncv_format`` (None: GluonCV has no such network), a pair ``(is_its_file(arrays),
+        convert(arrays, net, source))``
         (:mod:`gluondet.model_zoo.gluoncv_compat`, :mod:`~gluondet.model_zoo.gluoncv_rcnn`);
         every parameter must match, or ValueError lists what did not. Arguments as
         ``Block.load_parameters``.
         """
         arrays = gluoncv_compat.read_params(filename)
-        is_gluoncv, convert = self.gluoncv_format
-        if is_gluoncv(arrays):
-            arrays = convert(arrays, self, filename)
+        if self.gluoncv_format is not None:
+            is_gluoncv, convert = self.gluoncv_format
+            if is_gluoncv(arrays):
+                arrays = convert(arrays, self, filename)
         gluoncv_compat.load_arrays(self, arrays, filename, ctx, allow_missing, ignore_extra,
                                    cast_dtype, dtype_source)
 
@@ -120,6 +125,19 @@ def initialized_ctx(block):
         return block.weight.list_ctx()
     except RuntimeError:
         return None
+
+
+def norm_param_names(block):
+    """Full names of the parameters of every norm layer under ``block``."""
+    found = []
+
+    def visit(child):
+        if isinstance(child, (nn.BatchNorm, nn.InstanceNorm, nn.LayerNorm, nn.GroupNorm)):
+            found.extend(child.collect_params())
+        for grandchild in child._children.values():  # pylint: disable=protected-access
+            visit(grandchild)
+    visit(block)
+    return found
 
 
 def dataset_builder(build, arch, dataset, classes, family):

@@ -9,7 +9,8 @@ from ..nn import (BoxCenterDecoder, FPN, PerClassNMS, RCNNTargetGenerator, RCNNT
                   ROIExtractor, RPNAnchorGenerator, RPNHead, RPNProposal, batch_take, roi_rows)
 from . import gluoncv_compat, gluoncv_rcnn, registry
 from .backbones import get_backbone
-from .detector import Detector, initialized_ctx, register_presets, reuse_mapping
+from .detector import (Detector, initialized_ctx, norm_param_names, register_presets,
+                       reuse_mapping)
 
 __all__ = ['FasterRCNN', 'FASTER_RCNN_ARCHS', 'build_faster_rcnn']
 
@@ -151,7 +152,7 @@ class FasterRCNN(Detector):
         if select is not None:
             return self.collect_params(select)
         frozen = set(self.backbone.stage_params('stem', 'layer1').keys())
-        frozen |= {name for name, block in _norm_params(self.backbone)}
+        frozen |= set(norm_param_names(self.backbone))
         params = self.collect_params()
         train = type(params)(params.prefix)
         train.update({name: p for name, p in params.items() if name not in frozen})
@@ -248,19 +249,6 @@ def _copy_rows(old, new, pairs, width):
         for n, o in pairs:
             dst[n * width:(n + 1) * width] = src[o * width:(o + 1) * width]
         new_param.set_data(mx.nd.array(dst, dtype=dst.dtype))
-
-
-def _norm_params(block):
-    """``(name, block)`` of every parameter of a norm layer under ``block``."""
-    found = []
-
-    def visit(child):
-        if isinstance(child, (nn.BatchNorm, nn.InstanceNorm, nn.LayerNorm, nn.GroupNorm)):
-            found.extend((name, child) for name in child.collect_params())
-        for grandchild in child._children.values():  # pylint: disable=protected-access
-            visit(grandchild)
-    visit(block)
-    return found
 
 
 def _box_head(units):

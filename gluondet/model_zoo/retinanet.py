@@ -28,11 +28,13 @@ class RetinaNetFeatures(gluon.HybridBlock):
         return self.fpn(*self.backbone(x))
 
 
-def _head(channels, layers):
-    """``layers`` times conv 3x3 + ReLU, weights N(0, 0.01), bias 0 (the paper's)."""
+def _head(channels, layers, init):
+    """``layers`` times conv 3x3 + ReLU, bias 0; weights N(0, 0.01) (``'normal'``, the
+    paper's) or He's (``'msra'``)."""
+    weight = mx.init.Normal(0.01) if init == 'normal' else mx.init.MSRAPrelu(slope=0)
     head = nn.HybridSequential()
     for _ in range(layers):
-        head.add(nn.Conv2D(channels, 3, padding=1, weight_initializer=mx.init.Normal(0.01),
+        head.add(nn.Conv2D(channels, 3, padding=1, weight_initializer=weight,
                            bias_initializer='zeros'),
                  nn.Activation('relu'))
     return head
@@ -55,6 +57,12 @@ class RetinaNet(SingleStageDetector):
         Anchor size per stride (4).
     head_channels, head_layers : int
         The class and box heads (each ``head_layers`` conv 3x3 + ReLU, shared by the levels).
+    head_init : {'normal', 'msra'}
+        Initial weights of the heads' convolutions: N(0, 0.01) (the paper's, made for a
+        pretrained backbone), or He's, which keeps the signal's scale through the four
+        layers: trained from scratch the paper's initialization leaves the class loss at
+        its prior for epochs (measured on the demo data: 1.10 after an epoch against 0.8
+        after 50 steps).
     prior : float
         Initial foreground probability of every anchor (the class bias, 0.01).
     short, max_size : int
@@ -77,10 +85,12 @@ class RetinaNet(SingleStageDetector):
 
     def __init__(self, features, classes, strides=(8, 16, 32, 64, 128), ratios=(0.5, 1, 2),
                  scales=(1, 2 ** (1 / 3), 2 ** (2 / 3)), anchor_base=4, head_channels=256,
-                 head_layers=4, prior=0.01, short=800, max_size=1333, stds=(1., 1., 1., 1.),
-                 score_thresh=0.05, nms_thresh=0.5, nms_topk=1000, post_nms=100,
+                 head_layers=4, head_init='normal', prior=0.01, short=800, max_size=1333,
+                 stds=(1., 1., 1., 1.), score_thresh=0.05, nms_thresh=0.5, nms_topk=1000, post_nms=100,
                  alloc_size=(256, 256), **kwargs):
         super().__init__(classes, **kwargs)
+        if head_init not in ('normal', 'msra'):
+            raise ValueError("head_init must be 'normal' or 'msra', got %r" % (head_init,))
         self.short, self.max_size = short, max_size
         self.strides = tuple(strides)
         self.prior = prior
@@ -93,8 +103,8 @@ class RetinaNet(SingleStageDetector):
                 self.anchor_generators.add(GridAnchorGenerator(shapes, stride, alloc))
                 alloc = tuple(max(a // 2, 4) for a in alloc)
             num_anchors = self.anchor_generators[0].num_anchors
-            self.class_head = _head(head_channels, head_layers)
-            self.box_head = _head(head_channels, head_layers)
+            self.class_head = _head(head_channels, head_layers, head_init)
+            self.box_head = _head(head_channels, head_layers, head_init)
             self.class_predictors = nn.HybridSequential()
             self.class_predictors.add(self._class_predictor(num_anchors * self.num_classes))
             self.box_predictors = nn.HybridSequential()

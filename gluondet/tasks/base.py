@@ -1,15 +1,17 @@
 """What every task shares: building the zoo network for the data's classes, the predictor the
 engine validates through, and (for the detectors that keep the aspect ratio) the resizing,
 grouping and padding of training batches."""
+import os
 import warnings
 
 import mxnet as mx
 from mxnet import autograd
 
+from ..data.autoaugment import DetectionAutoAugment
 from ..data.batchify import Pad, PadImages, Tuple
 from ..data.preprocess import preprocessing_of
 from ..data.rcnn_transforms import RCNNTrainTransform
-from ..deploy.predictor import Predictor
+from ..deploy.predictor import Predictor, training_meta
 from ..deploy.runners import MXNetRunner
 from ..engine import GroupedBatchSampler
 from ..metrics.evaluation import evaluate_voc07
@@ -36,18 +38,26 @@ class DetectionTask:
         More arguments for ``get_model`` (``norm_layer``, ``root``, ...).
     val_batch_size, num_workers : int
         For the validation loader.
+    fine_tune : str, optional
+        A trained ``.params`` of this network (gluondet's, with its ``.json`` beside it, or
+        GluonCV's) to start from instead of the initialization (ODTK's ``--fine-tune``). If
+        it was trained on other classes (its json says which; ``*_custom`` names only),
+        the class predictor starts anew, keeping the rows of the classes both share.
 
     A subclass defines ``build_net``, ``train_dataset``, ``losses`` and ``preprocessing``.
     """
 
     def __init__(self, network, train_dataset, val_dataset, classes=None, pretrained_base=True,
-                 model_kwargs=None, val_batch_size=4, num_workers=0):
+                 model_kwargs=None, val_batch_size=4, num_workers=0, fine_tune=None):
         self.network = network
         self.classes = tuple(classes or train_dataset.classes)
         self._train, self._val = train_dataset, val_dataset
         self.pretrained_base = pretrained_base
         self.model_kwargs = dict(model_kwargs or {})
         self.val_batch_size, self.num_workers = val_batch_size, num_workers
+        self.fine_tune = fine_tune
+        if fine_tune is not None and not os.path.isfile(fine_tune):
+            raise ValueError('fine_tune: no such file %s' % fine_tune)
 
     def _meta(self, **extra):
         """The checkpoint's description of the network: name, classes, the architecture
@@ -67,11 +77,34 @@ class DetectionTask:
             kwargs['classes'] = self.classes
         if pretrained_base is None:
             pretrained_base = self.pretrained_base
+        if self.fine_tune is not None:
+            return self._fine_tuned(kwargs)
         net = get_model(self.network, pretrained_base=pretrained_base, **kwargs)
         if tuple(net.classes) != self.classes:
             raise ValueError('%s predicts %d classes %s but the data has %s; use the *_custom '
                              'network' % (self.network, len(net.classes), net.classes[:3],
                                           self.classes[:3]))
+        return net
+
+    def _fine_tuned(self, kwargs):
+        """The network with the weights of ``fine_tune``, predicting the data's classes."""
+        meta = training_meta(self.fine_tune) or {}
+        if meta.get('network', self.network) != self.network:
+            raise ValueError('fine_tune: %s is a %s, not a %s' % (self.fine_tune,
+                                                                 meta['network'], self.network))
+        kwargs = dict(meta.get('model_kwargs') or {}, **kwargs)   # its architecture
+        old = tuple(meta.get('classes') or kwargs.get('classes') or ())
+        if 'classes' in kwargs and old:
+            kwargs['classes'] = old
+        net = get_model(self.network, pretrained_base=False, **kwargs)
+        net.initialize()
+        net.load_parameters(self.fine_tune)
+        if tuple(net.classes) != self.classes:
+            if not self.network.endswith('_custom'):
+                raise ValueError('fine_tune: %s predicts %s, the data has %s: use the *_custom '
+                                 'network' % (self.network, net.classes[:3], self.classes[:3]))
+            net.reset_class(self.classes, reuse_weights=[c for c in self.classes
+                                                         if c in net.classes])
         return net
 
     @staticmethod
@@ -102,7 +135,9 @@ class KeepRatioTask(DetectionTask):
     """A detector fed images resized keeping their aspect ratio (Faster R-CNN, RetinaNet).
 
     Extra parameters: ``short``, ``max_size`` (default: the network's; ``short`` may be a
-    ``(low, high)`` range for multi-scale training, validation using ``low``). From scratch
+    ``(low, high)`` range for multi-scale training, validation using ``low``);
+    ``auto_augment``: a :class:`~gluondet.data.autoaugment.DetectionAutoAugment` policy
+    (``'v0'``, ``'scale_aware'`` or a list of sub-policies) applied first. From scratch
     (``pretrained_base=False``) the backbone's BatchNorm uses batch statistics unless
     ``model_kwargs`` sets the norm layer: the global statistics of a random network
     normalize nothing. Training batches group landscape and portrait images apart
@@ -111,9 +146,10 @@ class KeepRatioTask(DetectionTask):
     """
 
     def __init__(self, network, train_dataset, val_dataset, short=None, max_size=None,
-                 **kwargs):
+                 auto_augment=None, **kwargs):
         super().__init__(network, train_dataset, val_dataset, **kwargs)
         self.short, self.max_size = short, max_size
+        self.augment = None if auto_augment is None else DetectionAutoAugment(auto_augment)
         self.multiple = 1
         self.train_batchify = None
 
@@ -133,7 +169,7 @@ class KeepRatioTask(DetectionTask):
         return self._place(net, ctx_list)
 
     def train_transform(self):
-        return RCNNTrainTransform(self.short, self.max_size)
+        return RCNNTrainTransform(self.short, self.max_size, augment=self.augment)
 
     def train_batch_sampler(self, length, batch_size, seed, rank, world_size):
         """Batches of landscape or of portrait images only, so a batch pads little."""

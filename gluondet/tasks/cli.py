@@ -39,6 +39,9 @@ def add_training_args(parser, epochs, lr, lr_decay_epoch, batch_size, wd=0.0005,
     add('--dataset-root', default='~/.mxnet/datasets/',
         help='dataset folder: VOCdevkit parent, COCO root, KITTI root, or a VOC-style folder')
     add('--classes', default='', help='comma-separated class names of a custom VOC/KITTI set')
+    add('--class-mapping', type=class_mapping, default=None,
+        help='KITTI types to classes, many to one, e.g. car=car,van=car,pedestrian=person '
+             "(TAO's target_class_mapping; other types are dropped)")
     add('--train-json', default='', help='COCO json of the training images (custom COCO data)')
     add('--val-json', default='', help='COCO json of the validation images')
     add('--image-root', default='', help='folder the COCO file names are relative to')
@@ -54,7 +57,16 @@ def add_training_args(parser, epochs, lr, lr_decay_epoch, batch_size, wd=0.0005,
              'file (weights only, as GluonCV)')
     add('--start-epoch', type=int, default=0, help='first epoch (with a .params --resume)')
     add('--lr', type=float, default=lr, help='learning rate')
-    add('--lr-mode', default='step', choices=('step', 'cosine'), help='learning rate schedule')
+    add('--lr-mode', default='step', choices=('step', 'cosine', 'soft_start_annealing'),
+        help="learning rate schedule (soft_start_annealing: NVIDIA TAO's, with --lr-min "
+             '--soft-start --annealing; --lr is its max_learning_rate)')
+    add('--lr-min', type=float, default=0.0,
+        help="cosine and soft_start_annealing: the lowest learning rate (TAO's "
+             'min_learning_rate)')
+    add('--soft-start', type=float, default=0.1,
+        help='soft_start_annealing: fraction of training ramping up from --lr-min to --lr')
+    add('--annealing', type=float, default=0.3,
+        help='soft_start_annealing: fraction of training from which it decays to --lr-min')
     add('--lr-decay', type=float, default=0.1, help='step schedule: decay factor')
     add('--lr-decay-epoch', default=lr_decay_epoch, help='step schedule: epochs to decay at')
     add('--lr-warmup', type=float if warmup_unit == 'epochs' else int, default=lr_warmup,
@@ -106,6 +118,19 @@ def check_scale_out(args):
                          % ', '.join(asked))
 
 
+def class_mapping(text):
+    """``--class-mapping car=car,van=car`` -> ``{'car': 'car', 'van': 'car'}``."""
+    mapping = {}
+    for item in filter(None, (v.strip() for v in text.split(','))):
+        source, sep, target = (v.strip() for v in item.partition('='))
+        if not sep or not source or not target:
+            raise argparse.ArgumentTypeError('expected type=class,..., got %r' % item)
+        mapping[source] = target
+    if not mapping:
+        raise argparse.ArgumentTypeError('expected type=class,..., got %r' % text)
+    return mapping
+
+
 def _split_list(text):
     return tuple(v.strip() for v in str(text).split(",") if v.strip())
 
@@ -133,7 +158,7 @@ def build_datasets(args):
             datasets.append(resolve_dataset(
                 name, args.dataset_root, None if json_file or split == default else split,
                 _split_list(args.classes) or None, json_file or None, args.image_root or None,
-                train=train))
+                train=train, class_mapping=getattr(args, 'class_mapping', None)))
     except ValueError as err:     # DatasetError included
         raise _user_error(err) from None
     paths = [[ds.image_path(i) for i in range(len(ds))] for ds in datasets]
@@ -152,6 +177,7 @@ def train_config(args, save_prefix, **overrides):
         epochs=args.epochs, start_epoch=args.start_epoch, resume=args.resume, lr=args.lr,
         wd=args.wd, momentum=args.momentum, lr_mode=args.lr_mode, lr_decay=args.lr_decay,
         lr_decay_epoch=args.lr_decay_epoch, warmup_factor=args.lr_warmup_factor, no_wd=args.no_wd,
+        lr_min=args.lr_min, soft_start=args.soft_start, annealing=args.annealing,
         clip_gradient=args.clip_gradient, log_interval=args.log_interval,
         save_prefix=save_prefix, save_interval=args.save_interval,
         val_interval=args.val_interval, seed=args.seed, logdir=args.logdir,
@@ -174,7 +200,8 @@ def zoo_dataset(args):
     ``--dataset`` names one without classes of its own (``--classes``, ``--train-json``),
     else ``'custom'`` (a ``*_custom`` network, GluonCV's naming)."""
     dataset = args.dataset.lower()
-    if dataset in ('voc', 'coco') and not (args.classes or args.train_json):
+    if dataset in ('voc', 'coco') and not (args.classes or args.train_json
+                                           or getattr(args, 'class_mapping', None)):
         return dataset
     return 'custom'
 

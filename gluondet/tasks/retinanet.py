@@ -1,5 +1,10 @@
 """RetinaNet bound to the training engine (see the task contract in `gluondet.engine`)."""
+from mxnet import gluon, nd
+
 from ..losses import RetinaNetLoss
+from ..model_zoo.backbones import ResNetV1b
+from ..model_zoo.backbones.resnet_v1b import STAGES
+from ..model_zoo.detector import norm_param_names
 from ..nn import AnchorTargetGenerator
 from .base import KeepRatioTask, dense_targets
 
@@ -26,6 +31,16 @@ class RetinaNetTask(KeepRatioTask):
     focal_alpha, focal_gamma, box_rho, loc_weight, class_weights
         The loss, see :class:`~gluondet.losses.RetinaNetLoss` (``box_rho`` 0.11 as ODTK;
         0 for L1).
+    freeze_bn : bool or None
+        True: the backbone's BatchNorm uses its global statistics and its gamma and beta
+        do not train (ODTK's frozen BatchNorm); False: it trains with batch statistics
+        (TAO's default); None: frozen with a pretrained base, trained from scratch.
+    freeze_blocks : sequence of int
+        Backbone stages that do not train, TAO's ``freeze_blocks``: 0 the stem, 1-4 the
+        ResNet stages.
+    l1 : float
+        Weight of an L1 penalty on the weights of the trainable convolutions (TAO's L1
+        regularizer), the loss ``loss_reg``; 0: none.
     **kwargs
         ``classes``, ``pretrained_base``, ``model_kwargs``, ``val_batch_size``,
         ``num_workers``: see :class:`~gluondet.tasks.base.KeepRatioTask`.
@@ -35,8 +50,18 @@ class RetinaNetTask(KeepRatioTask):
 
     def __init__(self, network, train_dataset, val_dataset, fg_iou=0.5, bg_iou=0.4,
                  focal_alpha=0.25, focal_gamma=2.0, box_rho=0.11, loc_weight=1.0,
-                 class_weights=None, **kwargs):
+                 class_weights=None, freeze_bn=None, freeze_blocks=(), l1=0.0, **kwargs):
         super().__init__(network, train_dataset, val_dataset, **kwargs)
+        if freeze_bn is not None and 'norm_layer' not in self.model_kwargs:
+            self.model_kwargs.setdefault('norm_kwargs', {'use_global_stats': bool(freeze_bn)})
+        self.freeze_bn = self.pretrained_base if freeze_bn is None else freeze_bn
+        self.freeze_blocks = tuple(sorted(set(freeze_blocks)))
+        bad = [b for b in self.freeze_blocks if not 0 <= b < len(STAGES)]
+        if bad:
+            raise ValueError('freeze_blocks: %s; the blocks are 0 (stem) to %d'
+                             % (bad, len(STAGES) - 1))
+        self.l1 = l1
+        self._penalized = []
         self.fg_iou, self.bg_iou = fg_iou, bg_iou
         self.targets = None
         self.loss = RetinaNetLoss(focal_alpha, focal_gamma, box_rho, loc_weight, class_weights)
@@ -46,8 +71,33 @@ class RetinaNetTask(KeepRatioTask):
         self.targets = AnchorTargetGenerator(self.fg_iou, net.box_decoder.stds, self.bg_iou)
         return net
 
+    def train_params(self, net):
+        """All parameters but the frozen blocks' and, with ``freeze_bn``, the backbone's
+        norm layers'."""
+        backbone = net.features.backbone
+        frozen = set()
+        if self.freeze_blocks:
+            if not isinstance(backbone, ResNetV1b):
+                raise ValueError('freeze_blocks needs a ResNet backbone, not %s'
+                                 % type(backbone).__name__)
+            frozen |= set(backbone.stage_params(*[STAGES[b] for b in self.freeze_blocks]))
+        if self.freeze_bn:
+            frozen |= set(norm_param_names(backbone))
+        params = net.collect_params()
+        train = gluon.ParameterDict(params.prefix)
+        train.update({name: p for name, p in params.items() if name not in frozen})
+        self._penalized = [p for name, p in train.items()
+                           if name.endswith('weight') and len(p.shape) == 4] if self.l1 else []
+        return train
+
     def train_dataset(self):
         return self._train.transform(self.train_transform())
 
     def losses(self, net, parts):
-        return self.loss(*dense_targets(net, parts, self.targets))
+        losses = self.loss(*dense_targets(net, parts, self.targets))
+        if self.l1:
+            # each context's copy of the weights gets its share: their gradients are summed
+            losses['loss_reg'] = [
+                nd.add_n(*[nd.abs(p.data(part[0].context)).sum() for p in self._penalized])
+                * (self.l1 / len(parts)) for part in parts]
+        return losses

@@ -21,7 +21,8 @@ class SSDTrainTransform:
     data whose objects already come in every size and place, such as the
     demo set: it learns faster). Random draws come from numpy's global RNG,
     which the engine seeds per sample. Targets are made later, batched, by
-    the task.
+    the task. ``augment`` (optional, ``(image, label) -> (image, label)``, e.g.
+    :class:`~gluondet.data.autoaugment.DetectionAutoAugment`) runs first.
 
     Returns
     -------
@@ -29,12 +30,16 @@ class SSDTrainTransform:
     label : float32 ``N x 6`` in the resized image's pixels
     """
 
-    def __init__(self, width, height, mean=T.IMAGENET_MEAN, std=T.IMAGENET_STD, zoom=True):
+    def __init__(self, width, height, mean=T.IMAGENET_MEAN, std=T.IMAGENET_STD, zoom=True,
+                 augment=None):
         self.size = (width, height)
         self.mean, self.std = mean, std
         self.zoom = zoom
+        self.augment = augment
 
     def __call__(self, image, label):
+        if self.augment is not None:
+            image, label = self.augment(image, label)
         img = T.random_color_distort(image)
         if self.zoom:
             if np.random.uniform() > 0.5:

@@ -1,0 +1,12 @@
+#!/bin/sh
+# RetinaNet (ResNet-18 v1b, FPN P3-P7) from scratch on BCCD (../shared/datasets/bccd) on the CPU.
+# Anchors at half the paper's scales: at a 320 px short side BCCD's platelets are 15-20 px.
+# Usage: bash model_zoo/bccd_retinanet.sh [save-prefix]    (run from the repository root)
+set -e
+PREFIX=${1:-runs/bccd/}
+.venv/bin/python scripts/train_retinanet.py --network resnet18_v1b \
+  --dataset voc --dataset-root ../shared/datasets/bccd/BCCD --classes RBC,WBC,Platelets \
+  --train-split trainval --val-split test --no-pretrained-base --gpus '' -j 0 \
+  --batch-size 4 --epochs 16 --lr 0.01 --lr-mode cosine --lr-warmup 100 --wd 1e-4 \
+  --resize 320 --max-size 427 --anchor-scales 0.5,0.63,0.79 \
+  --val-interval 4 --save-interval 0 --log-interval 10 --seed 1 --save-prefix "$PREFIX"
