@@ -20,3 +20,13 @@ def run_on_small_demo(script, argv, cwd, train=8, val=4):
             % (train, val))
     return run('-c', code, script, *argv, cwd=str(cwd),
                env=dict(os.environ, GLUONDET_HOME=os.path.join(str(cwd), 'home')))
+
+
+def run_cpu_command(script, argv, cwd, name, train=8, val=4):
+    """`run_on_small_demo`, checked: it exits 0 and prints ``final: ... mAP=``. Returns its
+    stdout and the training log ``{name}_train.log`` it wrote in ``cwd``."""
+    out = run_on_small_demo(script, argv, cwd, train, val)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.startswith('final: ') and 'mAP=' in out.stdout
+    with open(os.path.join(str(cwd), name + '_train.log')) as f:
+        return out.stdout, f.read()

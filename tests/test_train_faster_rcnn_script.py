@@ -16,7 +16,7 @@ from gluondet.data import DemoDetection
 from gluondet.engine import SampleIndex, TrainConfig
 from gluondet.engine.testing import check_resume
 from gluondet.tasks import FasterRCNNTask, cli
-from script_runs import run, run_on_small_demo
+from script_runs import run, run_cpu_command
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -242,16 +242,12 @@ CPU_COMMAND = ['--network', 'resnet18_v1b', '--use-fpn', '--dataset', 'demo', '-
 
 
 def test_cpu_command_trains_validates_and_logs_its_defaults(tmp_path):
-    out = run_on_small_demo(SCRIPT, CPU_COMMAND, tmp_path, 12, 6)
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert out.stdout.startswith('final: ') and 'mAP=' in out.stdout
     name = 'faster_rcnn_fpn_resnet18_v1b_custom'
-    with open(str(tmp_path / (name + '_train.log'))) as f:
-        log = f.read()
+    stdout, log = run_cpu_command(SCRIPT, CPU_COMMAND, tmp_path, name, 12, 6)
     assert ("GluonCV has none for --dataset demo; its voc defaults for the flags left unset: "
             '--lr 0.001, --lr-decay-epoch 14,20, --lr-warmup -1, --wd 0.0005') in log
     assert "epochs=1, " in log and 'batch_size=1, ' in log
-    assert (tmp_path / (name + '_0000_%s.params' % out.stdout.split('mAP=')[1][:6])).exists()
+    assert (tmp_path / (name + '_0000_%s.params' % stdout.split('mAP=')[1][:6])).exists()
 
 
 def make_task(num_images=8, image_size=96):

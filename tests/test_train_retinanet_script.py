@@ -6,7 +6,7 @@ import os
 import pytest
 
 from gluondet.tasks import cli
-from script_runs import run, run_on_small_demo
+from script_runs import run, run_cpu_command
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = os.path.join(HERE, '..', 'scripts', 'train_retinanet.py')
@@ -82,15 +82,11 @@ CPU_COMMAND = ['--network', 'resnet18_v1b', '--dataset', 'demo', '--gpus', '', '
 
 
 def test_cpu_command_trains_validates_and_logs_its_defaults(tmp_path):
-    out = run_on_small_demo(SCRIPT, CPU_COMMAND, tmp_path, 8, 4)
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert out.stdout.startswith('final: ') and 'mAP=' in out.stdout
     name = 'retinanet_resnet18_v1b_custom'
-    with open(str(tmp_path / (name + '_train.log'))) as f:
-        log = f.read()
+    stdout, log = run_cpu_command(SCRIPT, CPU_COMMAND, tmp_path, name, 8, 4)
     assert 'ODTK has none for --dataset demo; its coco defaults for the flags left unset' in log
     assert 'epochs=1, ' in log and 'batch_size=2, ' in log
-    assert (tmp_path / (name + '_0000_%s.params' % out.stdout.split('mAP=')[1][:6])).exists()
+    assert (tmp_path / (name + '_0000_%s.params' % stdout.split('mAP=')[1][:6])).exists()
 
 
 def _kitti_copy(dataset, folder, rename):
