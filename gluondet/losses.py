@@ -9,15 +9,17 @@ def _as_list(x):
 
 
 def smooth_l1(diff, rho):
-    """Huber / smooth L1 of ``diff``: ``|d| - rho / 2`` beyond ``rho``, ``d^2 / (2 rho)`` within."""
+    """Huber / smooth L1 of ``diff``: ``|d| - rho / 2`` beyond ``rho``, ``d^2 / (2 rho)`` within;
+    ``rho`` 0: L1, ``|d|``."""
     diff = nd.abs(diff)
+    if rho == 0:
+        return diff
     return nd.where(diff > rho, diff - 0.5 * rho, (0.5 / rho) * nd.square(diff))
 
 
 def _box_loss(pred, target, pos, rho):
     """Smooth L1 (``rho`` 0: L1) of ``pred - target`` where ``pos``, ``B x A x 4``, 0 elsewhere."""
-    diff = pred.reshape_like(target) - target
-    loss = nd.abs(diff) if rho == 0 else smooth_l1(diff, rho)
+    loss = smooth_l1(pred.reshape_like(target) - target, rho)
     pos = nd.broadcast_like(pos.expand_dims(-1), loss)
     return nd.where(pos, loss, nd.zeros_like(loss))
 

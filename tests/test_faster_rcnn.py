@@ -320,3 +320,12 @@ def test_rcnn_loss_equals_gluoncv_training_formulas_on_one_device():
     expected = {'loss_rpn_obj': rpn1, 'loss_rpn_box': rpn2, 'loss_cls': rcnn1, 'loss_box': rcnn2}
     for name, value in expected.items():   # GluonCV's trainer.step(batch_size) divides by B
         np.testing.assert_allclose(ours[name], value.sum().asscalar() / B, rtol=1e-5)
+
+
+def test_smooth_l1_with_rho_0_is_l1():
+    """``--rpn-smoothl1-rho 0`` / ``--rcnn-smoothl1-rho 0`` (0: L1) and RetinaNet's L1."""
+    from gluondet.losses import smooth_l1
+    diff = mx.nd.array([-2.0, -0.05, 0.0, 0.03, 1.5])
+    np.testing.assert_array_equal(smooth_l1(diff, 0).asnumpy(), np.abs(diff.asnumpy()))
+    np.testing.assert_allclose(smooth_l1(diff, 0.1).asnumpy(),
+                               [1.95, 0.0125, 0.0, 0.0045, 1.45], rtol=1e-6)

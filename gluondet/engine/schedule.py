@@ -26,7 +26,7 @@ class LRSchedule:
     warmup_factor : float
     lr_min : float
         Cosine: the last learning rate. Soft-start annealing (NVIDIA TAO's): with
-        ``p`` the fraction of ``epochs * iters_per_epoch`` done,
+        ``p`` the fraction of ``total_iters`` done,
         ``lr_min * (base_lr / lr_min) ** (p / soft_start)`` below ``soft_start``,
         ``base_lr`` until ``annealing``, then ``base_lr * (lr_min / base_lr) ** ((p -
         annealing) / (1 - annealing))``.

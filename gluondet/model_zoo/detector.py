@@ -9,8 +9,8 @@ from mxnet.gluon import nn
 
 from . import gluoncv_compat, registry
 
-__all__ = ['Detector', 'reuse_mapping', 'initialized_ctx', 'norm_param_names', 'dataset_builder',
-           'custom_builder', 'register_presets']
+__all__ = ['Detector', 'reuse_mapping', 'initialized_ctx', 'norm_param_names', 'params_except',
+           'dataset_builder', 'custom_builder', 'register_presets']
 
 
 class Detector(gluon.HybridBlock):
@@ -125,6 +125,14 @@ def initialized_ctx(block):
         return block.weight.list_ctx()
     except RuntimeError:
         return None
+
+
+def params_except(block, frozen):
+    """``block``'s ``ParameterDict`` without the parameters named in ``frozen``."""
+    params = block.collect_params()
+    kept = gluon.ParameterDict(params.prefix)
+    kept.update({name: p for name, p in params.items() if name not in frozen})
+    return kept
 
 
 def norm_param_names(block):

@@ -9,8 +9,8 @@ from ..nn import (BoxCenterDecoder, FPN, PerClassNMS, RCNNTargetGenerator, RCNNT
                   ROIExtractor, RPNAnchorGenerator, RPNHead, RPNProposal, batch_take, roi_rows)
 from . import gluoncv_compat, gluoncv_rcnn, registry
 from .backbones import get_backbone
-from .detector import (Detector, initialized_ctx, norm_param_names, register_presets,
-                       reuse_mapping)
+from .detector import (Detector, initialized_ctx, norm_param_names, params_except,
+                       register_presets, reuse_mapping)
 
 __all__ = ['FasterRCNN', 'FASTER_RCNN_ARCHS', 'build_faster_rcnn']
 
@@ -153,10 +153,7 @@ class FasterRCNN(Detector):
             return self.collect_params(select)
         frozen = set(self.backbone.stage_params('stem', 'layer1').keys())
         frozen |= set(norm_param_names(self.backbone))
-        params = self.collect_params()
-        train = type(params)(params.prefix)
-        train.update({name: p for name, p in params.items() if name not in frozen})
-        return train
+        return params_except(self, frozen)
 
     def features(self, x):
         """The maps the RPN runs on: ``[C4]``, or FPN's ``[P2, ..., P6]``."""

@@ -68,18 +68,22 @@ class DetectionTask:
             meta['model_kwargs'] = arch
         return dict(meta, **extra)
 
-    def _get_model(self, pretrained_base=None, **kwargs):
-        """``get_model(network)`` with the data's classes for a ``*_custom`` name (and the
-        task's ``pretrained_base`` unless given); ValueError when a fixed-class network does
-        not predict the data's classes."""
+    def _model_kwargs(self, **kwargs):
+        """``get_model``'s arguments: ``model_kwargs``, ``kwargs``, the data's classes for a
+        ``*_custom`` name."""
         kwargs = dict(self.model_kwargs, **kwargs)
         if self.network.endswith('_custom'):
             kwargs['classes'] = self.classes
-        if pretrained_base is None:
-            pretrained_base = self.pretrained_base
+        return kwargs
+
+    def _get_model(self, **kwargs):
+        """``get_model(network)`` (from ``fine_tune`` if given, else with the task's
+        ``pretrained_base``); ValueError when a fixed-class network does not predict the
+        data's classes."""
+        kwargs = self._model_kwargs(**kwargs)
         if self.fine_tune is not None:
             return self._fine_tuned(kwargs)
-        net = get_model(self.network, pretrained_base=pretrained_base, **kwargs)
+        net = get_model(self.network, pretrained_base=self.pretrained_base, **kwargs)
         if tuple(net.classes) != self.classes:
             raise ValueError('%s predicts %d classes %s but the data has %s; use the *_custom '
                              'network' % (self.network, len(net.classes), net.classes[:3],

@@ -1,10 +1,10 @@
 """RetinaNet bound to the training engine (see the task contract in `gluondet.engine`)."""
-from mxnet import gluon, nd
+from mxnet import nd
 
 from ..losses import RetinaNetLoss
 from ..model_zoo.backbones import ResNetV1b
 from ..model_zoo.backbones.resnet_v1b import STAGES
-from ..model_zoo.detector import norm_param_names
+from ..model_zoo.detector import norm_param_names, params_except
 from ..nn import AnchorTargetGenerator
 from .base import KeepRatioTask, dense_targets
 
@@ -83,9 +83,7 @@ class RetinaNetTask(KeepRatioTask):
             frozen |= set(backbone.stage_params(*[STAGES[b] for b in self.freeze_blocks]))
         if self.freeze_bn:
             frozen |= set(norm_param_names(backbone))
-        params = net.collect_params()
-        train = gluon.ParameterDict(params.prefix)
-        train.update({name: p for name, p in params.items() if name not in frozen})
+        train = params_except(net, frozen)
         self._penalized = [p for name, p in train.items()
                            if name.endswith('weight') and len(p.shape) == 4] if self.l1 else []
         return train

@@ -7,6 +7,7 @@ from ..data.batchify import Pad, Stack, Tuple
 from ..data.preprocess import SSDValTransform, fixed_size
 from ..losses import SSDMultiBoxLoss
 from ..nn import SSDTargetGenerator
+from ..model_zoo import get_model
 from .base import DetectionTask, dense_targets
 
 __all__ = ['SSDTask', 'SSDTrainTransform', 'SSDValTransform', 'anchor_steps', 'feature_sizes']
@@ -121,7 +122,7 @@ class SSDTask(DetectionTask):
         return self._meta(data_shape=[self.height, self.width], steps=self.steps)
 
     def build_net(self, ctx_list):
-        probe = self._get_model(pretrained_base=False)
+        probe = get_model(self.network, pretrained_base=False, **self._model_kwargs())
         self.steps = anchor_steps(probe, self.width, self.height, self.steps_mode)
         net = self._get_model(**({} if self.steps is None else {'steps': self.steps}))
         return self._place(net, ctx_list)
