@@ -5,6 +5,8 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --disable-pip-version-check
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
+# test processes: one per core (MXNet trains on one core's worth of threads by default)
+PYTEST_WORKERS ?= auto
 
 .PHONY: venv demo test test-fast bench bench-torch-venv clean-venv
 
@@ -26,10 +28,10 @@ demo: venv
 	$(PY) -m gluondet demo
 
 test: venv
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(PYTEST_WORKERS) $(PYTEST_ARGS)
 
 test-fast: venv
-	$(PY) -m pytest -m 'not slow' $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(PYTEST_WORKERS) -m 'not slow' $(PYTEST_ARGS)
 
 bench: venv
 	$(PY) benchmarks/run_all.py

@@ -38,7 +38,7 @@ setup(
         'dali': ['nvidia-dali-cuda110'],
         'horovod': ['horovod', 'cloudpickle', 'psutil', 'pyyaml'],
         'tensorrt': ['onnx', 'tensorrt', 'cuda-python'],
-        'test': ['pytest', 'pytest-timeout', 'pycocotools', 'faster-coco-eval', 'gluoncv',
+        'test': ['pytest', 'pytest-timeout', 'pytest-xdist', 'pycocotools', 'faster-coco-eval', 'gluoncv',
                  'onnx', 'onnxruntime', 'ml_dtypes', 'matplotlib'],
         'docs': ['matplotlib'],
     },

@@ -25,3 +25,9 @@ def bccd_root():
 def cards_root():
     """``shared/datasets/cards`` (LabelImg xml beside images, COCO json in ``coco/``)."""
     return _shared('cards')
+
+
+def pytest_collection_modifyitems(config, items):
+    """Slow tests first: run on several workers (``-n``), the longest start at once instead of
+    leaving one worker busy at the end while the others wait."""
+    items.sort(key=lambda item: item.get_closest_marker('slow') is None)

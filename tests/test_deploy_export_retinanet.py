@@ -51,6 +51,13 @@ def test_onnx_detections_equal_gluon(detector, tmp_path):
     _parity(*detector, tmp_path)
 
 
+@pytest.mark.parametrize('head_norm', ['group', 'batch'])
+def test_onnx_detections_equal_gluon_with_normalized_heads(head_norm, tmp_path):
+    """GroupNorm has no mx2onnx translation: gluondet's own (standard ops) is exact too."""
+    net, x = _detector(FAST_NAME, head_norm=head_norm, head_channels=64)
+    _parity(net, x, tmp_path)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize('name', [n for n in NAMES if n != FAST_NAME])
 def test_onnx_detections_equal_gluon_for_every_zoo_name(name, tmp_path):

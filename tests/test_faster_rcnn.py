@@ -87,7 +87,8 @@ def test_gluoncv_file_of_another_network_is_refused(tmp_path):
         net.load_parameters(path)
 
 
-def test_roi_extractor_pools_each_roi_from_its_own_level_forward_and_backward():
+@pytest.mark.parametrize('sparse', [False, True])
+def test_roi_extractor_pools_each_roi_from_its_own_level_forward_and_backward(sparse):
     rng = np.random.RandomState(0)
     maps = [mx.nd.array(rng.normal(size=(2, 3, 64 // s, 80 // s))) for s in (1, 2, 4, 8)]
     strides = (4, 8, 16, 32)
@@ -96,6 +97,7 @@ def test_roi_extractor_pools_each_roi_from_its_own_level_forward_and_backward():
     rois = np.stack([rng.randint(0, 2, size=40), x0, y0, x0 + sizes,
                      y0 + sizes * rng.uniform(0.5, 2, size=40)], axis=1).astype(np.float32)
     block = ROIExtractor((7, 7), strides, min_level=2)
+    block.sparse_backward = sparse
     block.hybridize()
     head = mx.nd.array(rng.normal(size=(40, 3, 7, 7)))      # d loss / d pooled
     for m in maps:
@@ -121,6 +123,32 @@ def test_roi_extractor_pools_each_roi_from_its_own_level_forward_and_backward():
     area = (rois[:, 3] - rois[:, 1] + 1) * (rois[:, 4] - rois[:, 2] + 1)
     np.testing.assert_array_equal(levels, np.clip(np.floor(4 + np.log2(np.sqrt(area) / 224
                                                                           + 1e-6)), 2, 5))
+
+
+def test_sparse_roi_align_equals_mxnets_on_one_map():
+    """Boxes inside, across the border, outside, degenerate, at the last row; batch -1."""
+    rng = np.random.RandomState(1)
+    feature = mx.nd.array(rng.normal(size=(2, 5, 12, 17)))
+    x0, y0 = rng.uniform(-40, 150, size=30), rng.uniform(-40, 110, size=30)
+    w, h = rng.uniform(0, 90, size=30), rng.uniform(0, 90, size=30)
+    rois = np.stack([rng.randint(-1, 2, size=30), x0, y0, x0 + w, y0 + h], 1)
+    rois[:3, 1:] = [[0, 0, 0, 0], [120, 80, 135, 95], [-60, -60, -30, -30]]
+    rois = mx.nd.array(rois.astype(np.float32))
+    head = mx.nd.array(rng.normal(size=(30, 5, 3, 4)))
+    results = []
+    for sparse in (False, True):
+        block = ROIExtractor((3, 4), (8,))
+        block.sparse_backward = sparse
+        x = feature.copy()
+        x.attach_grad()
+        with autograd.record():
+            out = block(rois, x)
+            (out * head).sum().backward()
+        valid = rois.asnumpy()[:, 0] >= 0
+        results.append((out.asnumpy()[valid], x.grad.asnumpy()))
+    np.testing.assert_array_equal(results[0][0], results[1][0])
+    np.testing.assert_allclose(results[1][1], results[0][1], rtol=1e-5, atol=1e-5)
+    assert np.abs(results[0][1]).sum() > 0
 
 
 def _anchors():

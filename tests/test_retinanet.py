@@ -54,13 +54,33 @@ def test_structure_heads_prior_and_outputs(small_net):
     # prior 0.01 on every class logit's bias; 4 conv 3x3 of 256 + ReLU per head
     bias = net.class_predictors[0].bias.data().asnumpy()
     np.testing.assert_allclose(1 / (1 + np.exp(-bias)), 0.01, rtol=1e-5)
-    convs = [b for b in net.class_head if isinstance(b, mx.gluon.nn.Conv2D)]
+    convs = list(net.class_head.convs)
     assert len(convs) == 4 and all(c._channels == 256 and c._kwargs['kernel'] == (3, 3)
                                    for c in convs)
     ids, scores, boxes = net(x)
     assert ids.shape == (2, 100, 1) and scores.shape == (2, 100, 1) and boxes.shape == (2, 100, 4)
     # at the prior no anchor reaches the 0.05 threshold: every row is padding
     assert (ids.asnumpy() == -1).all()
+
+
+def test_head_norms_batch_per_level_and_group_shared():
+    x = mx.nd.array(np.random.RandomState(0).uniform(-2, 2, (2, 3, 128, 128)))
+    for norm, count in (('batch', 4 * 5), ('group', 4)):
+        net = get_model('retinanet_resnet18_v1b_custom', classes=['a'], pretrained_base=False,
+                        head_channels=32, head_norm=norm)
+        net.initialize()
+        assert len(net.class_head.norms) == count and len(net.box_head.norms) == count
+        with autograd.record():
+            cls_preds = net(x)[0]
+        cls_preds.backward()    # MXNet's CPU BatchNorm updates its running statistics here
+        assert np.isfinite(cls_preds.asnumpy()).all()
+        if norm == 'batch':
+            # each level's BatchNorm saw only its own level: five different running means
+            means = [bn.running_mean.data().asnumpy() for bn in net.class_head.norms[:5]]
+            assert all(not np.allclose(means[0], m) for m in means[1:])
+    with pytest.raises(ValueError, match='head_norm'):
+        get_model('retinanet_resnet18_v1b_custom', classes=['a'], pretrained_base=False,
+                  head_norm='layer')
 
 
 def test_reset_class_reuses_named_rows(small_net):

@@ -209,16 +209,15 @@ def _retinanet_detecting(net, x, class_std, max_gap):
     most ``max_gap`` from that centre; box offsets of std 0.5, at most 2.
     """
     for head in (net.class_head, net.box_head):
-        for conv in head:
-            if isinstance(conv, nn.Conv2D):
-                conv.weight.set_data(mx.nd.random.normal(
-                    0, float(np.sqrt(2. / np.prod(conv.weight.shape[1:]))), conv.weight.shape))
+        for conv in head.convs:
+            conv.weight.set_data(mx.nd.random.normal(
+                0, float(np.sqrt(2. / np.prod(conv.weight.shape[1:]))), conv.weight.shape))
     with autograd.predict_mode():
         maps = net.features(x)
         for head, predictor, std, largest in (
                 (net.class_head, net.class_predictors[0], class_std, max_gap),
                 (net.box_head, net.box_predictors[0], 0.5, 2)):
-            towers = [head(feature) for feature in maps]
+            towers = [head.tower(mx.nd, feature, level) for level, feature in enumerate(maps)]
             outputs = np.concatenate([predictor(t).transpose((0, 2, 3, 1)).reshape(
                 (-1, predictor.weight.shape[0])).asnumpy() for t in towers])
             _fit(predictor, outputs, std, largest)

@@ -52,6 +52,45 @@ class UnsupportedOperatorError(ValueError):
     """The network uses an MXNet operator (or operator setting) the ONNX export cannot convert."""
 
 
+@MXNetGraph.register('GroupNorm', OPSET)
+def _convert_group_norm(node, **kwargs):
+    """MXNet 1.x's ``GroupNorm`` (``gamma`` and ``beta`` one per group) in standard ops:
+    mx2onnx has no translation, and ONNX's GroupNormalization comes at opset 18. Means are
+    ``GlobalAveragePool`` over ``B x groups x rest x 1`` (mx2onnx checks nodes against the
+    newest opset too, where ``ReduceMean`` lost its ``axes`` attribute)."""
+    name = node['name']
+    lookup = kwargs['outputs_lookup']
+    x, gamma, beta = [lookup[i[0]][i[1]].name for i in node['inputs']]
+    attrs = node.get('attrs', {})
+    if attrs.get('output_mean_var', 'False') == 'True':
+        raise UnsupportedOperatorError('ONNX export: GroupNorm %s outputs its mean and '
+                                       'variance' % name)
+    groups = int(attrs.get('num_groups', 1))
+
+    def const(suffix, value, dtype):
+        kwargs['initializer'].append(onnx.numpy_helper.from_array(np.array(value, dtype),
+                                                                  name + suffix))
+        return name + suffix
+
+    def op(kind, inputs, suffix):
+        nodes.append(helper.make_node(kind, inputs, [name + suffix]))
+        return name + suffix
+
+    nodes = []
+    grouped = op('Reshape', [x, const('/grouped', [0, groups, -1, 1], np.int64)], '/x')
+    centred = op('Sub', [grouped, op('GlobalAveragePool', [grouped], '/mean')], '/centred')
+    var = op('GlobalAveragePool', [op('Mul', [centred, centred], '/sq')], '/var')
+    std = op('Sqrt', [op('Add', [var, const('/eps', float(attrs.get('eps', 1e-5)),
+                                            np.float32)], '/var_eps')], '/std')
+    per_group = const('/per_group', [1, groups, 1, 1], np.int64)
+    scaled = op('Mul', [op('Div', [centred, std], '/normed'),
+                        op('Reshape', [gamma, per_group], '/gamma')], '/scaled')
+    shifted = op('Add', [scaled, op('Reshape', [beta, per_group], '/beta')], '/shifted')
+    nodes.append(helper.make_node('Reshape', [shifted, op('Shape', [x], '/shape')], [name],
+                                  name=name))
+    return nodes
+
+
 def export_onnx(net, path, data_shape, batch_size=1, dynamic_batch=False, opset=OPSET,
                 metadata=None):
     """Write a detector as an ONNX model whose outputs equal the Gluon inference output.

@@ -50,6 +50,13 @@ class FasterRCNNTask(KeepRatioTask):
         self.rpn_targets = RPNTargetGenerator()
         self.loss = RCNNLoss(rpn_rho, rcnn_rho)
 
+    def build_net(self, ctx_list):
+        """The network; on CPUs its ROI Align trains with the sparse backward
+        (:mod:`gluondet.nn.roi_align`: MXNet's CPU kernel is a third of a step)."""
+        net = super().build_net(ctx_list)
+        net.roi_extractor.sparse_backward = all(c.device_type == 'cpu' for c in ctx_list)
+        return net
+
     def train_params(self, net):
         if self.pretrained_base:
             return net.collect_train_params()
