@@ -109,6 +109,17 @@ def build_parser():
         help="anchor scales per place (unset: 1,2^(1/3),2^(2/3))")
     add('--anchor-ratios', type=_floats, default=None,
         help='anchor aspect ratios, height/width (unset: 0.5,1,2)')
+    add('--anchor-base', type=float, default=None,
+        help='anchor size per stride at scale 1 (unset: 4, the paper\'s)')
+    add('--fpn-channels', type=int, default=None, help='channels of the pyramid (unset: 256)')
+    add('--head-channels', type=int, default=None,
+        help='channels of the class and box heads (unset: 256)')
+    add('--head-layers', type=int, default=None, help='conv layers of each head (unset: 4)')
+    add('--head-norm', choices=('none', 'group', 'batch'), default='none',
+        help='normalization after each head conv: none (the paper), GroupNorm, or a '
+             'BatchNorm per pyramid level (detectron2\'s RETINANET.NORM)')
+    add('--head-init', choices=('normal', 'msra'), default='normal',
+        help="initial head weights: N(0, 0.01) (the paper's) or He's (from scratch)")
     add('--freeze-bn', type=_bool, nargs='?', const=True, default=None,
         help="the backbone's BatchNorm frozen (true) or trained (false) (TAO's freeze_bn; "
              'unset: frozen with a pretrained base, trained from scratch)')
@@ -146,12 +157,12 @@ def network_name(args):
 
 def model_kwargs(args):
     """The network arguments the flags set."""
-    kwargs = {}
-    if args.anchor_scales:
-        kwargs['scales'] = args.anchor_scales
-    if args.anchor_ratios:
-        kwargs['ratios'] = args.anchor_ratios
-    return kwargs
+    given = {'scales': args.anchor_scales, 'ratios': args.anchor_ratios,
+             'anchor_base': args.anchor_base, 'fpn_channels': args.fpn_channels,
+             'head_channels': args.head_channels, 'head_layers': args.head_layers,
+             'head_norm': None if args.head_norm == 'none' else args.head_norm,
+             'head_init': None if args.head_init == 'normal' else args.head_init}
+    return {key: value for key, value in given.items() if value}
 
 
 def weights_of(classes, weights):

@@ -20,15 +20,8 @@ def test_run_demo_trains_prints_map_and_draws_a_preview(tmp_path, capsys, detect
 
 
 @pytest.mark.slow
-def test_ssd_demo_recipe_reaches_map_0_9_from_scratch(tmp_path):
-    """The recipe's fixed, seeded budget (20 epochs, about six minutes on two cores)."""
-    metrics = demo.run_demo(str(tmp_path))
+@pytest.mark.parametrize('detector', sorted(demo.RECIPES))
+def test_demo_recipe_reaches_map_0_9_from_scratch(tmp_path, detector):
+    """Each recipe's fixed, seeded budget (`gluondet.demo`: 5 to 7 minutes on a core)."""
+    metrics = demo.run_demo(str(tmp_path), detector)
     assert metrics['mAP'] >= 0.9, metrics
-
-
-@pytest.mark.slow
-def test_faster_rcnn_demo_recipe_reaches_map_0_9_from_scratch(tmp_path):
-    """The Faster R-CNN recipe's budget: 5 epochs of 1000 images at 128 px, about 7 minutes."""
-    metrics = demo.run_demo(str(tmp_path), 'faster_rcnn')
-    assert metrics['mAP'] >= 0.9, metrics
-

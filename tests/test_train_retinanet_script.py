@@ -33,6 +33,12 @@ def test_defaults_and_odtk_flags():
                   '1,1.5', '--anchor-ratios', '0.5,1', '--class-weights', 'car=2,person=0.5')
     assert args.network == 'resnet18_v1b' and args.jitter == [640, 800]
     assert _script().model_kwargs(args) == {'scales': (1.0, 1.5), 'ratios': (0.5, 1.0)}
+    assert _script().model_kwargs(_parse()) == {}
+    head = _parse('--anchor-base', '2', '--fpn-channels', '128', '--head-channels', '64',
+                  '--head-layers', '2', '--head-norm', 'group', '--head-init', 'msra')
+    assert _script().model_kwargs(head) == dict(anchor_base=2.0, fpn_channels=128,
+                                                head_channels=64, head_layers=2,
+                                                head_norm='group', head_init='msra')
     assert args.class_weights == {'car': 2.0, 'person': 0.5}
     assert _script().weights_of(('person', 'car', 'bike'), args.class_weights) == [0.5, 2.0, 1.0]
     with pytest.raises(SystemExit, match='--class-weights names dog'):
@@ -40,7 +46,8 @@ def test_defaults_and_odtk_flags():
 
 
 @pytest.mark.parametrize('argv', [('--class-weights', 'car'), ('--class-weights', 'car=-1'),
-                                  ('--anchor-scales', '1,x'), ('--jitter', '640')])
+                                  ('--anchor-scales', '1,x'), ('--jitter', '640'),
+                                  ('--head-norm', 'layer')])
 def test_bad_values_are_argparse_errors(argv, capsys):
     with pytest.raises(SystemExit):
         _parse(*argv)

@@ -1,9 +1,10 @@
-"""Faster R-CNN on the one evaluation path: the training's validation, ``gluondet evaluate`` of
-its output and of its exported symbol, and ``gluondet infer``, all through the Predictor.
+"""The keep-ratio detectors (Faster R-CNN, RetinaNet) on the one evaluation path: the
+training's validation, ``gluondet evaluate`` of its output and of its exported symbol, and
+``gluondet infer``, all through the Predictor.
 
-A short run of ``faster_rcnn_fpn_resnet18_v1b_custom`` on 128 px demo images; the val
-images are demo images resized to four shapes (a LabelImg folder), so each is resized by
-its own factor and a batch is padded.
+A short run of each detector's small network on 128 px demo images; the val images are demo
+images resized to four shapes (a LabelImg folder), so each is resized by its own factor and
+a batch is padded (to 32 for Faster R-CNN's FPN, to 128 for RetinaNet's P7).
 """
 import json
 import math
@@ -23,9 +24,14 @@ from gluondet.deploy.infer import evaluate_model, export_model
 from gluondet.deploy.predictor import Predictor
 from gluondet.engine import TrainConfig, fit
 from gluondet.metrics import evaluation
-from gluondet.tasks import FasterRCNNTask
+from gluondet.tasks import FasterRCNNTask, RetinaNetTask
 
-NETWORK = 'faster_rcnn_fpn_resnet18_v1b_custom'
+# detector: (task, network, padding multiple, an export's input: short x max size rounded up to
+# the multiple, the task's model_kwargs: RetinaNet's from the demo recipe, to detect in 2 epochs)
+DETECTORS = {
+    'faster_rcnn': (FasterRCNNTask, 'faster_rcnn_fpn_resnet18_v1b_custom', 32, (128, 160), {}),
+    'retinanet': (RetinaNetTask, 'retinanet_resnet18_v1b_custom', 128, (128, 256),
+                  dict(anchor_base=2, head_channels=64, head_init='msra', head_norm='group'))}
 VAL_SHAPES = [(128, 128), (96, 128), (128, 80), (112, 144)]   # (height, width) of val images
 SHORT, MAX_SIZE = 128, 160
 
@@ -50,10 +56,11 @@ def write_labelimg(folder, dataset, shapes):
                     % (i, width, height, objects))
 
 
-@pytest.fixture(scope='module')
-def trained(tmp_path_factory):
+@pytest.fixture(scope='module', params=sorted(DETECTORS))
+def trained(request, tmp_path_factory):
     """``(fit result, task, best params, LabelImg root)`` of a short training run."""
-    folder = tmp_path_factory.mktemp('frcnn_evaluation')
+    make_task, network, _, _, model_kwargs = DETECTORS[request.param]
+    folder = tmp_path_factory.mktemp(request.param + '_evaluation')
     demo = str(folder / 'demo')
     train = DemoDetection('train', num_images=8, image_size=128, seed=0, root=demo)
     root = str(folder / 'labelimg')
@@ -61,9 +68,9 @@ def trained(tmp_path_factory):
                    DemoDetection('val', num_images=4, image_size=128, seed=0, root=demo),
                    VAL_SHAPES)
     val = resolve_dataset('voc', root, 'val', train.classes)
-    task = FasterRCNNTask(NETWORK, train, val, short=SHORT, max_size=MAX_SIZE,
-                          pretrained_base=False)
-    prefix = str(folder / 'frcnn')
+    task = make_task(network, train, val, short=SHORT, max_size=MAX_SIZE, pretrained_base=False,
+                     model_kwargs=model_kwargs)
+    prefix = str(folder / request.param)
     config = TrainConfig(batch_size=2, num_workers=0, epochs=2, lr=0.02, lr_decay_epoch=(),
                          save_prefix=prefix, save_interval=0, val_interval=2, log_interval=10,
                          seed=7, gpus='')
@@ -85,7 +92,8 @@ def test_validation_equals_gluondet_evaluate_of_the_training_output(trained, mon
     result, task, params, root = trained
     with open(os.path.splitext(params)[0] + '.json') as f:
         meta = json.load(f)['meta']
-    assert meta['task'] == 'faster_rcnn' and (meta['short'], meta['max_size']) == (SHORT, MAX_SIZE)
+    assert meta['task'] == task.name and (meta['short'], meta['max_size']) == (SHORT, MAX_SIZE)
+    multiple = DETECTORS[task.name][2]
     calls = []
     real = evaluation.evaluate
     monkeypatch.setattr(evaluation, 'evaluate', lambda predictor, *args, **kwargs: (
@@ -95,7 +103,7 @@ def test_validation_equals_gluondet_evaluate_of_the_training_output(trained, mon
     assert 'on 4 images: %.4f' % result.metrics['mAP'] in capsys.readouterr().out
     assert _same(evaluate_model(params, 'voc', root, 'val', progress=False), result.metrics)
     assert _same(task.validate(result.net, [__import__('mxnet').cpu()]), result.metrics)
-    assert [p.preprocessing for p in calls] == [keep_ratio(SHORT, MAX_SIZE, 32)] * 3
+    assert [p.preprocessing for p in calls] == [keep_ratio(SHORT, MAX_SIZE, multiple)] * 3
     # the model detects: every val image gets boxes, in its own pixels (clipped to it)
     found = Predictor.from_model(params).predict(_images(root))
     for item in found:
@@ -108,14 +116,15 @@ def test_validation_equals_gluondet_evaluate_of_the_training_output(trained, mon
 
 def test_exported_symbol_gives_the_validation(trained, tmp_path):
     result, task, params, root = trained
-    prefix = str(tmp_path / 'frcnn')
+    prefix = str(tmp_path / task.name)
     export_model(params, prefix, 'symbol')
     with open(prefix + '-meta.json') as f:
         meta = json.load(f)
-    assert meta['preprocessing'] == keep_ratio(SHORT, MAX_SIZE, 32)
-    assert meta['data_shape'] == [128, 160]     # traced at short x max size
+    multiple = DETECTORS[task.name][2]
+    assert meta['preprocessing'] == keep_ratio(SHORT, MAX_SIZE, multiple)
+    assert meta['data_shape'] == list(DETECTORS[task.name][3])   # traced at short x max size
     symbol = Predictor.from_model(prefix)
-    assert symbol.preprocessing == keep_ratio(SHORT, MAX_SIZE, 32) and symbol.data_shape is None
+    assert symbol.preprocessing == keep_ratio(SHORT, MAX_SIZE, multiple) and symbol.data_shape is None
     assert _same(evaluate_model(prefix, 'voc', root, 'val', progress=False), result.metrics)
     arrays = [read_image(path).asnumpy() for path in _images(root)]
     expected = task.predictor(result.net, [__import__('mxnet').cpu()]).detect(arrays)
@@ -128,10 +137,10 @@ def test_exported_symbol_gives_the_validation(trained, tmp_path):
         np.testing.assert_array_equal(a.boxes, b.boxes)
 
 
-def test_infer_and_the_model_sources_of_a_faster_rcnn(trained, tmp_path, capsys):
+def test_infer_and_the_model_sources(trained, tmp_path, capsys):
     result, task, params, root = trained
     output = str(tmp_path / 'detections.json')
-    assert main(['infer', '--model', NETWORK, '--params', params, '--images',
+    assert main(['infer', '--model', task.network, '--params', params, '--images',
                  os.path.join(root, 'val'), '--output', output]) == 0
     with open(output) as f:
         rows = json.load(f)
@@ -148,15 +157,18 @@ def test_infer_and_the_model_sources_of_a_faster_rcnn(trained, tmp_path, capsys)
 
 
 def test_a_fixed_size_onnx_export_takes_each_image_fitted_into_its_input(trained, tmp_path):
-    """The ONNX model's input is fixed (``short x max_size`` rounded up, 128 x 160): an image
-    is resized keeping its ratio to fit it and padded to it. Where that is the image's own
-    padded size (the 96 x 128 and 112 x 144 images) the detections are the Gluon net's."""
+    """The ONNX model's input is fixed (``short x max_size`` rounded up to the multiple,
+    128 x 160 or 128 x 256): an image is resized keeping its ratio to fit it and padded to it.
+    Where that is the image's own padded size (the 96 x 128 and 112 x 144 images, resized to
+    120 x 160 and 124 x 160) the detections are the Gluon net's."""
     pytest.importorskip('onnxruntime')
     result, task, params, root = trained
-    path = str(tmp_path / 'frcnn.onnx')
+    _, _, multiple, input_shape, _ = DETECTORS[task.name]
+    path = str(tmp_path / (task.name + '.onnx'))
     export_model(params, path, 'onnx', dynamic_batch=True)
     model = Predictor.from_model(path)
-    assert model.data_shape == (128, 160) and model.preprocessing == keep_ratio(SHORT, MAX_SIZE, 32)
+    assert model.data_shape == input_shape
+    assert model.preprocessing == keep_ratio(SHORT, MAX_SIZE, multiple)
     arrays = [read_image(p).asnumpy() for p in _images(root)]
     expected = Predictor.from_model(params).detect(arrays)
     got = model.detect(arrays, batch_size=2)
