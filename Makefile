@@ -28,10 +28,10 @@ demo: venv
 	$(PY) -m gluondet demo
 
 test: venv
-	$(PY) -m pytest -n $(PYTEST_WORKERS) $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist worksteal $(PYTEST_ARGS)
 
 test-fast: venv
-	$(PY) -m pytest -n $(PYTEST_WORKERS) -m 'not slow' $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist worksteal -m 'not slow' $(PYTEST_ARGS)
 
 bench: venv
 	$(PY) benchmarks/run_all.py

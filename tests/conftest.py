@@ -28,6 +28,9 @@ def cards_root():
 
 
 def pytest_collection_modifyitems(config, items):
-    """Slow tests first: run on several workers (``-n``), the longest start at once instead of
-    leaving one worker busy at the end while the others wait."""
-    items.sort(key=lambda item: item.get_closest_marker('slow') is None)
+    """The longest first (``@pytest.mark.slow(minutes=N)``, then other slow tests): on several
+    workers (``-n``, ``--dist worksteal``) they start at once, and the short ones fill in."""
+    def minutes(item):
+        marker = item.get_closest_marker('slow')
+        return -1 if marker is None else marker.kwargs.get('minutes', 0)
+    items.sort(key=minutes, reverse=True)

@@ -19,7 +19,7 @@ def test_run_demo_trains_prints_map_and_draws_a_preview(tmp_path, capsys, detect
     assert (out / (demo.RECIPES[detector].network + '_best.params')).exists()
 
 
-@pytest.mark.slow
+@pytest.mark.slow(minutes=8)
 @pytest.mark.parametrize('detector', sorted(demo.RECIPES))
 def test_demo_recipe_reaches_map_0_9_from_scratch(tmp_path, detector):
     """Each recipe's fixed, seeded budget (`gluondet.demo`: 5 to 7 minutes on a core)."""
