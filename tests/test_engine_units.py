@@ -185,3 +185,22 @@ def test_seeded_dataset_leaves_the_callers_rng_alone():
     np.random.seed(123)
     list(data.epoch(0))
     assert np.random.rand() == expected
+
+
+def test_a_process_forked_during_training_dies_on_sigterm():
+    """A data loader's pool forked while SignalHook's handlers are in place: Pool.terminate's
+    SIGTERM must end its workers (only noted, it left the pool and training waiting)."""
+    import multiprocessing
+    import signal
+    from gluondet.engine.hooks import SignalHook
+    hook = SignalHook(checkpointer=None, reporter=None)
+    hook.before_train()
+    try:
+        child = multiprocessing.get_context('fork').Process(target=signal.pause)
+        child.start()
+        child.terminate()
+        child.join(timeout=30)
+        assert child.exitcode == -signal.SIGTERM
+        assert hook.requested is None          # the training process was not asked to stop
+    finally:
+        hook.after_train()

@@ -6,6 +6,7 @@ dicts stored in the checkpoint manifest under the hook's class name).
 `default_hooks` gives the order; it matters where commented.
 """
 import math
+import os
 import signal
 import threading
 import time
@@ -315,7 +316,10 @@ class SignalHook(HookBase):
     """On SIGINT or SIGTERM: finish the step, checkpoint, raise `TrainingInterrupted`.
 
     A second SIGINT before that interrupts at once (KeyboardInterrupt).
-    Handlers are only installed when training runs in the main thread.
+    Handlers are only installed when training runs in the main thread. A process forked
+    meanwhile (a data loader's worker) inherits them, so there a signal does what it would
+    without them: ``Pool.terminate`` SIGTERMs its workers, and a worker that only noted it
+    kept the pool, and training, waiting forever.
     """
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -325,12 +329,18 @@ class SignalHook(HookBase):
         self.reporter = reporter
         self.requested = None
         self._previous = {}
+        self._pid = None
 
     def before_train(self):
         if threading.current_thread() is threading.main_thread():
+            self._pid = os.getpid()
             self._previous = {s: signal.signal(s, self._handle) for s in self.SIGNALS}
 
     def _handle(self, signum, frame):
+        if os.getpid() != self._pid:     # a forked worker: what it had before the hook
+            signal.signal(signum, self._previous.get(signum) or signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
         if self.requested == signal.SIGINT and signum == signal.SIGINT:
             raise KeyboardInterrupt
         self.requested = signum
