@@ -124,7 +124,8 @@ def test_exported_symbol_gives_the_validation(trained, tmp_path):
     assert meta['preprocessing'] == keep_ratio(SHORT, MAX_SIZE, multiple)
     assert meta['data_shape'] == list(DETECTORS[task.name][3])   # traced at short x max size
     symbol = Predictor.from_model(prefix)
-    assert symbol.preprocessing == keep_ratio(SHORT, MAX_SIZE, multiple) and symbol.data_shape is None
+    assert symbol.preprocessing == keep_ratio(SHORT, MAX_SIZE, multiple)
+    assert symbol.data_shape is None
     assert _same(evaluate_model(prefix, 'voc', root, 'val', progress=False), result.metrics)
     arrays = [read_image(path).asnumpy() for path in _images(root)]
     expected = task.predictor(result.net, [__import__('mxnet').cpu()]).detect(arrays)

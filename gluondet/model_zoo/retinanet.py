@@ -54,7 +54,7 @@ class RetinaNetHead(gluon.HybridBlock):
         if norm not in HEAD_NORMS:
             raise ValueError('head_norm must be one of %s, got %r' % (HEAD_NORMS, norm))
         weight = mx.init.Normal(0.01) if init == 'normal' else mx.init.MSRAPrelu(slope=0)
-        self.norm = norm
+        self.norm, self.num_levels = norm, num_levels
         with self.name_scope():
             self.convs = nn.HybridSequential()
             self.norms = nn.HybridSequential()
@@ -69,13 +69,12 @@ class RetinaNetHead(gluon.HybridBlock):
 
     def tower(self, F, x, level):
         """The tower on the map ``x`` of pyramid level ``level`` (0: the finest)."""
-        per_layer = len(self.norms) // max(len(self.convs), 1)
         for i, conv in enumerate(self.convs):
             x = conv(x)
             if self.norm == 'group':
                 x = self.norms[i](x)
             elif self.norm == 'batch':
-                x = self.norms[i * per_layer + level](x)
+                x = self.norms[i * self.num_levels + level](x)
             x = F.relu(x)
         return x
 
@@ -132,7 +131,8 @@ class RetinaNet(SingleStageDetector):
 
     def __init__(self, features, classes, strides=(8, 16, 32, 64, 128), ratios=(0.5, 1, 2),
                  scales=(1, 2 ** (1 / 3), 2 ** (2 / 3)), anchor_base=4, head_channels=256,
-                 head_layers=4, head_init='normal', head_norm=None, prior=0.01, short=800, max_size=1333,
+                 head_layers=4, head_init='normal', head_norm=None, prior=0.01, short=800,
+                 max_size=1333,
                  stds=(1., 1., 1., 1.), score_thresh=0.05, nms_thresh=0.5, nms_topk=1000, post_nms=100,
                  alloc_size=(256, 256), **kwargs):
         super().__init__(classes, **kwargs)
