@@ -317,8 +317,8 @@ class SignalHook(HookBase):
 
     A second SIGINT before that interrupts at once (KeyboardInterrupt).
     Handlers are only installed when training runs in the main thread. A process forked
-    meanwhile (a data loader's worker) inherits them, so there a signal does what it would
-    without them: ``Pool.terminate`` SIGTERMs its workers, and a worker that only noted it
+    meanwhile (a data loader's worker) inherits them, so there a signal takes its default
+    action and ends the process: ``Pool.terminate`` SIGTERMs its workers, and a worker that only noted it
     kept the pool, and training, waiting forever.
     """
 
@@ -337,8 +337,8 @@ class SignalHook(HookBase):
             self._previous = {s: signal.signal(s, self._handle) for s in self.SIGNALS}
 
     def _handle(self, signum, frame):
-        if os.getpid() != self._pid:     # a forked worker: what it had before the hook
-            signal.signal(signum, self._previous.get(signum) or signal.SIG_DFL)
+        if os.getpid() != self._pid:     # a forked worker: the default action, it ends
+            signal.signal(signum, signal.SIG_DFL)
             os.kill(os.getpid(), signum)
             return
         if self.requested == signal.SIGINT and signum == signal.SIGINT:
