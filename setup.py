@@ -25,6 +25,7 @@ setup(
     install_requires=[
         'mxnet==1.9.1',
         'numpy<1.24',
+        'scipy',        # Faster R-CNN's sparse ROI Align backward on CPUs
         'opencv-python',
         'pillow',
         'defusedxml',

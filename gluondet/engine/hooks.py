@@ -318,8 +318,8 @@ class SignalHook(HookBase):
     A second SIGINT before that interrupts at once (KeyboardInterrupt).
     Handlers are only installed when training runs in the main thread. A process forked
     meanwhile (a data loader's worker) inherits them, so there a signal takes its default
-    action and ends the process: ``Pool.terminate`` SIGTERMs its workers, and a worker that only noted it
-    kept the pool, and training, waiting forever.
+    action and ends the process: ``Pool.terminate`` SIGTERMs its workers, and a worker that
+    only noted it kept the pool, and training, waiting forever.
     """
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM)
