@@ -187,20 +187,34 @@ def test_seeded_dataset_leaves_the_callers_rng_alone():
     assert np.random.rand() == expected
 
 
-def test_a_process_forked_during_training_dies_on_sigterm():
+def test_a_process_forked_during_training_dies_on_sigterm_and_ignores_sigint():
     """A data loader's pool forked while SignalHook's handlers are in place: Pool.terminate's
-    SIGTERM must end its workers (only noted, it left the pool and training waiting)."""
+    SIGTERM must end its workers, even one not yet scheduled when it is sent (a signal noted
+    by the inherited handler, or lost in CPython's after-fork reset, left the pool and
+    training waiting); a Ctrl-C to the process group must leave them running."""
     import multiprocessing
     import signal
     from gluondet.engine.hooks import SignalHook
+    fork = multiprocessing.get_context('fork')
     hook = SignalHook(checkpointer=None, reporter=None)
     hook.before_train()
+    children = []
     try:
-        child = multiprocessing.get_context('fork').Process(target=signal.pause)
-        child.start()
-        child.terminate()
-        child.join(timeout=30)
-        assert child.exitcode == -signal.SIGTERM
+        for _ in range(20):
+            children.append(fork.Process(target=signal.pause, daemon=True))
+            children[-1].start()
+            children[-1].terminate()
+            children[-1].join(timeout=30)
+            assert children[-1].exitcode == -signal.SIGTERM
+        here, there = fork.Pipe()
+        children.append(fork.Process(target=lambda: there.send(
+            [signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)])))
+        children[-1].start()
+        assert here.recv() == [signal.SIG_IGN, signal.SIG_DFL]
         assert hook.requested is None          # the training process was not asked to stop
     finally:
         hook.after_train()
+        for child in children:
+            if child.is_alive():
+                child.kill()
+    assert not SignalHook.installed and signal.getsignal(signal.SIGTERM) != hook._handle

@@ -317,30 +317,26 @@ class SignalHook(HookBase):
 
     A second SIGINT before that interrupts at once (KeyboardInterrupt).
     Handlers are only installed when training runs in the main thread. A process forked
-    meanwhile (a data loader's worker) inherits them, so there a signal takes its default
-    action and ends the process: ``Pool.terminate`` SIGTERMs its workers, and a worker that
-    only noted it kept the pool, and training, waiting forever.
+    meanwhile (a data loader's worker) does not keep them (`_fork_hooks`): there SIGTERM ends
+    it, as ``Pool.terminate`` expects, and SIGINT (a Ctrl-C sent to the whole process group)
+    is ignored, so the step in progress still gets its batches.
     """
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM)
+    installed = []   # the hooks whose handlers are in place in this process
 
     def __init__(self, checkpointer, reporter):
         self.checkpointer = checkpointer
         self.reporter = reporter
         self.requested = None
         self._previous = {}
-        self._pid = None
 
     def before_train(self):
         if threading.current_thread() is threading.main_thread():
-            self._pid = os.getpid()
             self._previous = {s: signal.signal(s, self._handle) for s in self.SIGNALS}
+            SignalHook.installed.append(self)
 
     def _handle(self, signum, frame):
-        if os.getpid() != self._pid:     # a forked worker: the default action, it ends
-            signal.signal(signum, signal.SIG_DFL)
-            os.kill(os.getpid(), signum)
-            return
         if self.requested == signal.SIGINT and signum == signal.SIGINT:
             raise KeyboardInterrupt
         self.requested = signum
@@ -357,6 +353,8 @@ class SignalHook(HookBase):
         for signum, handler in self._previous.items():
             signal.signal(signum, handler)
         self._previous = {}
+        if self in SignalHook.installed:
+            SignalHook.installed.remove(self)
 
     def _stop(self):
         state = self.loop.state
@@ -368,3 +366,35 @@ class SignalHook(HookBase):
                                                     self.checkpointer.last_path))
         self.reporter.info(message)
         raise TrainingInterrupted(self.requested, message)
+
+
+def _fork_hooks():
+    """``os.register_at_fork`` callbacks that keep SignalHook's handlers out of forked children.
+
+    A signal that reaches a child before CPython's after-fork reset of pending signals is lost
+    when a Python-level handler is installed (it only trips a flag), and a busy machine may not
+    run a child at all before ``Pool.terminate`` sends SIGTERM: such a worker lived on and the
+    pool waited for it forever. So while handlers are installed the signals are blocked around
+    ``fork``; the child sets SIGTERM's default action and ignores SIGINT before unblocking them.
+    """
+    masks = []
+
+    def before():
+        if SignalHook.installed:
+            masks.append(signal.pthread_sigmask(signal.SIG_BLOCK, SignalHook.SIGNALS))
+
+    def after_in_parent():
+        if masks:
+            signal.pthread_sigmask(signal.SIG_SETMASK, masks.pop())
+
+    def after_in_child():
+        if masks:
+            SignalHook.installed.clear()
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            signal.pthread_sigmask(signal.SIG_SETMASK, masks.pop())
+
+    return dict(before=before, after_in_parent=after_in_parent, after_in_child=after_in_child)
+
+
+os.register_at_fork(**_fork_hooks())
