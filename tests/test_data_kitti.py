@@ -138,3 +138,53 @@ def test_empty_label_file_gives_an_empty_label(tmp_path):
     kitti(tmp_path / 'training', {'000000': '', '000001': [line('Car', (1, 2, 3, 4))]})
     ds = KITTIDetection(str(tmp_path))
     assert ds.label(0).shape == (0, 6) and len(ds) == 2
+
+
+def _assert_same_items(kitti, dataset):
+    assert kitti.classes == dataset.classes and len(kitti) == len(dataset)
+    order = sorted(range(len(dataset)), key=lambda i: os.path.basename(dataset.image_path(i)))
+    for k, i in enumerate(order):
+        assert os.path.basename(kitti.image_path(k)) == os.path.basename(dataset.image_path(i))
+        assert kitti.image_size(k) == dataset.image_size(i)
+        expected = dataset.label(i)
+        np.testing.assert_allclose(kitti.label(k)[:, :5], expected[:, :5], atol=0.005)
+        assert not kitti.label(k)[:, 5].any()           # KITTI has no difficult flag
+
+
+def test_write_kitti_reads_back_as_the_dataset_was(tmp_path):
+    from gluondet.data import DemoDetection, write_kitti
+    demo = DemoDetection('val', 6, seed=0, root=str(tmp_path / 'demo'))
+    assert write_kitti(demo, str(tmp_path / 'kitti' / 'val')) == 6
+    back = KITTIDetection(str(tmp_path / 'kitti'), 'val', classes=demo.classes,
+                          class_mapping={name: name for name in demo.classes})
+    _assert_same_items(back, demo)
+
+
+def test_write_kitti_refuses_two_images_with_one_stem(tmp_path):
+    from gluondet.data import write_kitti
+
+    class Two:
+        classes = ('a',)
+
+        def __len__(self):
+            return 2
+
+        def image_path(self, i):
+            return ('x/1.png', 'y/1.jpg')[i]
+
+    with pytest.raises(ValueError, match='same KITTI label file 1.txt'):
+        write_kitti(Two(), str(tmp_path / 'out'))
+    assert not (tmp_path / 'out').exists()
+
+
+def test_bccd_written_as_kitti_reads_back_as_its_voc_splits(tmp_path, bccd_root):
+    """The KITTI copy of BCCD that model_zoo/bccd_retinanet.sh trains on (``kitti``)."""
+    from gluondet.data import VOCDetection, write_kitti
+    classes = ('RBC', 'WBC', 'Platelets')
+    for split, folder in (('trainval', 'training'), ('test', 'val')):
+        voc = VOCDetection(os.path.join(bccd_root, 'BCCD'), splits=(split,),
+                           classes=classes)
+        write_kitti(voc, str(tmp_path / folder))
+        back = KITTIDetection(str(tmp_path), folder, classes=classes,
+                              class_mapping={name: name for name in classes})
+        _assert_same_items(back, voc)

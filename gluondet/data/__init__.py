@@ -8,9 +8,9 @@ class_id, difficult]``. Transforms live in :mod:`gluondet.data.transforms`.
 from .base import DatasetError, DatasetReport, DetectionDataset
 from .coco import COCODetection
 from .demo import DemoDetection
-from .kitti import KITTIDetection
+from .kitti import KITTIDetection, write_kitti
 from .resolve import DATASETS, resolve_dataset
 from .voc import VOCDetection
 
 __all__ = ['COCODetection', 'DATASETS', 'DatasetError', 'DatasetReport', 'DemoDetection',
-           'DetectionDataset', 'KITTIDetection', 'VOCDetection', 'resolve_dataset']
+           'DetectionDataset', 'KITTIDetection', 'VOCDetection', 'resolve_dataset', 'write_kitti']

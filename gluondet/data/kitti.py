@@ -3,11 +3,15 @@ import glob
 import math
 import os
 
+import shutil
+
 import numpy as np
 
+from ..files import atomic_write
 from .base import DatasetError, DetectionDataset, Record, empty_label
 
-__all__ = ['KITTI_CLASSES', 'KITTIDetection', 'parse_kitti_label']
+__all__ = ['KITTI_CLASSES', 'KITTIDetection', 'parse_kitti_label', 'kitti_line', 'write_kitti',
+           'check_unique_stems']
 
 KITTI_CLASSES = ('Car', 'Van', 'Truck', 'Pedestrian', 'Person_sitting', 'Cyclist', 'Tram', 'Misc')
 IMAGE_EXTENSIONS = ('.png', '.jpg', '.jpeg', '.PNG', '.JPG', '.JPEG')
@@ -178,3 +182,44 @@ class KITTIDetection(DetectionDataset):
             self.report.drop_box('unmapped_class', where)
             return None
         return self._mapping[key]
+
+
+def kitti_line(kind, box, score=None):
+    """A KITTI label line ``Type 0 0 0 left top right bottom 0 0 0 0 0 0 0 [score]``; spaces in
+    ``kind`` become underscores (KITTI's columns are split on blanks)."""
+    line = '%s 0 0 0 %.2f %.2f %.2f %.2f 0 0 0 0 0 0 0' % ((kind.replace(' ', '_'),) + tuple(box))
+    return line if score is None else '%s %.4f' % (line, score)
+
+
+def _stem(path):
+    return os.path.splitext(os.path.basename(path))[0]
+
+
+def check_unique_stems(paths):
+    """Raise ValueError if two of ``paths`` would write the same ``{stem}.txt`` label file."""
+    seen = {}
+    for path in paths:
+        other = seen.setdefault(_stem(path), path)
+        if other != path:
+            raise ValueError('%s and %s would write the same KITTI label file %s.txt: rename '
+                             'one' % (other, path, _stem(path)))
+
+
+def write_kitti(dataset, folder):
+    """Write ``dataset`` (any `DetectionDataset`) as a KITTI split that `KITTIDetection` reads
+    back as it was: ``folder/image_2`` (the images, copied under their own names) and
+    ``folder/label_2/{image stem}.txt``, each object's type its class name.
+
+    KITTI has no difficult flag: a difficult object is written as any other. Label files are
+    written atomically. Returns the number of images written.
+    """
+    paths = [dataset.image_path(i) for i in range(len(dataset))]
+    check_unique_stems(paths)
+    for sub in ('image_2', 'label_2'):
+        os.makedirs(os.path.join(folder, sub), exist_ok=True)
+    for i, path in enumerate(paths):
+        shutil.copyfile(path, os.path.join(folder, 'image_2', os.path.basename(path)))
+        lines = [kitti_line(dataset.classes[int(row[4])], row[:4]) for row in dataset.label(i)]
+        atomic_write(os.path.join(folder, 'label_2', _stem(path) + '.txt'),
+                     ''.join(line + '\n' for line in lines))
+    return len(paths)

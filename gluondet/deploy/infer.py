@@ -36,6 +36,7 @@ import numpy as np
 
 from ..data import COCODetection, resolve_dataset
 from ..data.coco import xyxy_to_coco
+from ..data.kitti import check_unique_stems, kitti_line
 from ..files import atomic_write
 from ..metrics import COCODetectionMetric
 from ..metrics.coco_eval import format_summary
@@ -237,25 +238,14 @@ def kitti_lines(detections, classes, image_size):
     Boxes are clipped to the ``(width, height)`` image, as KITTI labels are (and as
     gluondet's datasets clip what they read), so the lines read back as they were written.
     """
-    names = [name.replace(' ', '_') for name in classes]
     width, height = image_size
     boxes = np.clip(detections.boxes, 0, [width - 1, height - 1, width - 1, height - 1])
-    return ['%s 0 0 0 %.2f %.2f %.2f %.2f 0 0 0 0 0 0 0 %.4f' % ((names[cls],) + tuple(box)
-                                                                  + (score,))
+    return [kitti_line(classes[cls], box, score)
             for cls, box, score in zip(detections.ids, boxes.tolist(), detections.scores)]
 
 
 def _stem(path):
     return os.path.splitext(os.path.basename(path))[0]
-
-
-def _check_unique_stems(paths):
-    seen = {}
-    for path in paths:
-        other = seen.setdefault(_stem(path), path)
-        if other != path:
-            raise ValueError('%s and %s would write the same KITTI label file %s.txt: rename '
-                             'one' % (other, path, _stem(path)))
 
 
 def infer(model, images, output='detections.json', backend=None, params=None, pretrained=False,
@@ -290,7 +280,7 @@ def infer(model, images, output='detections.json', backend=None, params=None, pr
     paths = list_images(images)
     root = images if os.path.isdir(images) else os.path.dirname(os.path.abspath(images))
     if kitti_labels:
-        _check_unique_stems(paths)
+        check_unique_stems(paths)
     for folder in (kitti_labels, visualize):
         if folder:
             os.makedirs(folder, exist_ok=True)
