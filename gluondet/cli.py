@@ -154,8 +154,8 @@ def _evaluate(args):
 
 
 COMMANDS = [
-    ('demo', 'train a small SSD (or Faster R-CNN) on the embedded demo data and print its mAP',
-     _demo_arguments, _demo),
+    ('demo', 'train a small SSD, Faster R-CNN or RetinaNet on the embedded demo data and '
+     'print its mAP', _demo_arguments, _demo),
     ('export', 'export a detector as an MXNet symbol, an ONNX model or a TensorRT engine',
      _export_arguments, _export),
     ('infer', 'detect objects in images: COCO json, KITTI labels, drawn images',

@@ -31,7 +31,8 @@ from gluondet.tasks import FasterRCNNTask, RetinaNetTask
 DETECTORS = {
     'faster_rcnn': (FasterRCNNTask, 'faster_rcnn_fpn_resnet18_v1b_custom', 32, (128, 160), {}),
     'retinanet': (RetinaNetTask, 'retinanet_resnet18_v1b_custom', 128, (128, 256),
-                  dict(anchor_base=2, head_channels=64, head_init='msra', head_norm='group'))}
+                  dict(anchor_base=2, head_channels=64, head_layers=2, head_init='msra',
+                       head_norm='group'))}
 VAL_SHAPES = [(128, 128), (96, 128), (128, 80), (112, 144)]   # (height, width) of val images
 SHORT, MAX_SIZE = 128, 160
 
