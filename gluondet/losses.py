@@ -1,4 +1,5 @@
 """Detection losses."""
+import mxnet as mx
 from mxnet import gluon, nd
 
 __all__ = ['SSDMultiBoxLoss', 'FocalLoss', 'RetinaNetLoss', 'RCNNLoss', 'smooth_l1']
@@ -109,8 +110,13 @@ class FocalLoss(gluon.HybridBlock):
               p_t = p \text{ if } t = 1 \text{ else } 1 - p, \quad
               \alpha_t = \alpha \text{ if } t = 1 \text{ else } 1 - \alpha
 
-    with ``p = sigmoid(logit)``; the logarithms are computed from the logits
-    (``log p = -softplus(-x)``), so no probability of 0 or 1 gives an infinite loss.
+    with ``p = sigmoid(logit)``. With ``s = 1`` for a positive and -1 for a negative and
+    ``m = -s x``: ``1 - p_t = sigmoid(m)`` and ``-log(p_t) = softplus(m)``, so no probability of
+    0 or 1 gives an infinite loss, and the gradient has the closed form
+    ``-s alpha_t (1 - p_t)^gamma (gamma p_t softplus(m) + 1 - p_t)``: the operator
+    (``gluondet_focal_loss``) computes both in a few passes over its input (anchors x
+    classes: large) where MXNet's autograd took five times as long through the elementwise
+    ops' backward.
 
     Parameters
     ----------
@@ -127,14 +133,68 @@ class FocalLoss(gluon.HybridBlock):
         self.alpha, self.gamma = alpha, gamma
 
     def hybrid_forward(self, F, logits, targets):
-        prob = F.sigmoid(logits)
-        log_p = -F.Activation(-logits, act_type='softrelu')
-        log_not_p = -F.Activation(logits, act_type='softrelu')
-        pos = -targets * F.power(1 - prob, self.gamma) * log_p
-        neg = -(1 - targets) * F.power(prob, self.gamma) * log_not_p
-        if self.alpha >= 0:
-            pos, neg = self.alpha * pos, (1 - self.alpha) * neg
-        return pos + neg
+        alpha = 0.5 if self.alpha < 0 else self.alpha   # no weighting: 0.5, the loss doubled
+        weights = (1 - alpha) + (2 * alpha - 1) * targets
+        loss = self.from_signs(F, logits, 1 - 2 * targets, weights)
+        return loss * 2 if self.alpha < 0 else loss
+
+    def from_signs(self, F, logits, negated_signs, weights):
+        """The loss from ``-s`` (-1 positive, 1 negative) and the weight of each element
+        (``alpha_t`` times any other factor), both of the shape of ``logits``."""
+        return F.Custom(logits, negated_signs, weights, gamma=self.gamma, op_type=FOCAL_LOSS)
+
+
+FOCAL_LOSS = 'gluondet_focal_loss'
+
+
+class _FocalLoss(mx.operator.CustomOp):
+    """``w (1 - p_t)^gamma softplus(m)`` and its closed-form gradient (`FocalLoss`)."""
+
+    def __init__(self, gamma):
+        super().__init__()
+        self.gamma = gamma
+
+    def _parts(self, logits, negated_signs):
+        minus_z = nd.elemwise_mul(logits, negated_signs)
+        not_p = nd.Activation(minus_z, act_type='sigmoid')
+        focus = nd.square(not_p) if self.gamma == 2 else nd.power(not_p, self.gamma)
+        return not_p, focus, nd.Activation(minus_z, act_type='softrelu')
+
+    def forward(self, is_train, req, in_data, out_data, aux):
+        _, focus, minus_log_p = self._parts(in_data[0], in_data[1])
+        self.assign(out_data[0], req[0],
+                    nd.elemwise_mul(nd.elemwise_mul(focus, minus_log_p), in_data[2]))
+
+    def backward(self, req, out_grad, in_data, out_data, in_grad, aux):
+        logits, negated_signs, weights = in_data
+        not_p, focus, minus_log_p = self._parts(logits, negated_signs)
+        inner = nd.elemwise_mul(1 - not_p, minus_log_p) * self.gamma + not_p
+        scale = nd.elemwise_mul(nd.elemwise_mul(weights, negated_signs), out_grad[0])
+        self.assign(in_grad[0], req[0], nd.elemwise_mul(nd.elemwise_mul(focus, inner), scale))
+        for k in (1, 2):
+            self.assign(in_grad[k], req[k], nd.zeros_like(in_data[k]))
+
+
+@mx.operator.register(FOCAL_LOSS)
+class _FocalLossProp(mx.operator.CustomOpProp):
+    """``F.Custom(logits, negated_signs, weights, gamma=g, op_type=FOCAL_LOSS)``: the loss
+    of each element; only ``logits`` gets a gradient."""
+
+    def __init__(self, gamma):
+        super().__init__(need_top_grad=True)
+        self.gamma = float(gamma)
+
+    def list_arguments(self):
+        return ['logits', 'negated_signs', 'weights']
+
+    def infer_shape(self, in_shape):
+        return in_shape, [in_shape[0]], []
+
+    def infer_type(self, in_type):
+        return in_type, [in_type[0]], []
+
+    def create_operator(self, ctx, shapes, dtypes):
+        return _FocalLoss(self.gamma)
 
 
 class RetinaNetLoss(gluon.Block):
@@ -178,12 +238,21 @@ class RetinaNetLoss(gluon.Block):
             if self._class_weights is not None and len(self._class_weights) != num_classes:
                 raise ValueError('RetinaNetLoss: %d class weights for %d classes'
                                  % (len(self._class_weights), num_classes))
-            focal = self.focal(cp, nd.one_hot(ct - 1, num_classes))        # 0 rows: not fg
-            focal = nd.broadcast_mul(focal, (ct >= 0).expand_dims(-1))
+            focal = self.focal
+            fg = ct - 1                           # -1 (background) and -2 (ignored): no class
+            signs = nd.one_hot(fg, num_classes, on_value=-1, off_value=1)
+            alpha = (1, 1) if focal.alpha < 0 else (focal.alpha, 1 - focal.alpha)
+            weights = nd.broadcast_mul(
+                nd.one_hot(fg, num_classes, on_value=alpha[0], off_value=alpha[1]),
+                (ct >= 0).expand_dims(-1))
             if self._class_weights is not None:
-                weights = nd.array(self._class_weights, ctx=cp.context).reshape((1, 1, -1))
-                focal = nd.broadcast_mul(focal, weights)
-            out['loss_cls'].append(nd.broadcast_div(focal.sum(axis=(1, 2)), norm))
+                weights = nd.broadcast_mul(weights, nd.array(
+                    self._class_weights, ctx=cp.context).reshape((1, 1, -1)))
+            loss = focal.from_signs(nd, cp, signs.astype(cp.dtype), weights.astype(cp.dtype))
+            # a sum as a product with ones: MXNet's CPU reduction is several times slower
+            ones = nd.ones((num_classes * loss.shape[1],), ctx=cp.context, dtype=cp.dtype)
+            out['loss_cls'].append(nd.broadcast_div(
+                nd.dot(loss.reshape((loss.shape[0], -1)), ones), norm))
             box = _box_loss(bp, bt, ct > 0, self._rho).sum(axis=(1, 2))
             out['loss_box'].append(nd.broadcast_div(box, norm) * self._loc_weight)
         return out

@@ -116,6 +116,26 @@ def test_focal_loss_is_the_papers_formula(alpha, gamma):
     assert np.isfinite(far.asnumpy()).all()
 
 
+@pytest.mark.parametrize('alpha, gamma', [(0.25, 2.0), (-1, 1.0), (0.75, 1.5)])
+def test_focal_loss_gradient_is_the_papers(alpha, gamma):
+    """d FL / d x: (1 - p)^g (g p log p - (1 - p)) for a positive, p^g (p - g (1 - p)
+    log(1 - p)) for a negative, times alpha_t."""
+    rng = np.random.RandomState(0)
+    x = rng.uniform(-8, 8, (3, 40, 2))
+    t = (rng.uniform(size=x.shape) > 0.7).astype(np.float64)
+    logits = mx.nd.array(x, dtype='float64')
+    logits.attach_grad()
+    with mx.autograd.record():
+        loss = FocalLoss(alpha, gamma)(logits, mx.nd.array(t, dtype='float64'))
+    loss.backward()
+    p = 1 / (1 + np.exp(-x))
+    pos = (1 - p) ** gamma * (gamma * p * np.log(p) - (1 - p))
+    neg = p ** gamma * (p - gamma * (1 - p) * np.log(1 - p))
+    at = 1 if alpha < 0 else np.where(t == 1, alpha, 1 - alpha)
+    np.testing.assert_allclose(logits.grad.asnumpy(), at * np.where(t == 1, pos, neg),
+                               rtol=1e-6, atol=1e-12)
+
+
 def test_retinanet_loss_normalizes_by_positives_over_contexts_and_ignores():
     rng = np.random.RandomState(1)
     cls = [mx.nd.array(rng.normal(size=(2, 6, 3))) for _ in range(2)]
