@@ -64,8 +64,7 @@ def image_short(text):
 def build_parser():
     parser = cli.parser('Train Faster R-CNN networks end to end.')
     add = parser.add_argument
-    add('--network', default='resnet50_v1b',
-        help='base network: resnet18_v1b, resnet50_v1b')
+    cli.add_network_arg(parser, 'resnet50_v1b', ('resnet18_v1b', 'resnet50_v1b'))
     cli.add_training_args(parser, epochs=None, lr=None, lr_decay_epoch=None, batch_size=1,
                           wd=None, save_interval=1, lr_warmup=None, warmup_unit='iterations',
                           mixup=True, scale_out=('amp', 'horovod'))

@@ -75,9 +75,8 @@ def class_weights(text):
 def build_parser():
     parser = cli.parser('Train RetinaNet networks.')
     add = parser.add_argument
-    add('--network', '--backbone', dest='network', default='resnet50_v1b',
-        help='base network: %s' % ', '.join(sorted(a[len('retinanet_'):]
-                                                  for a in RETINANET_ARCHS)))
+    cli.add_network_arg(parser, 'resnet50_v1b',
+                        sorted(a[len('retinanet_'):] for a in RETINANET_ARCHS))
     cli.add_training_args(parser, epochs=None, lr=None, lr_decay_epoch=None, batch_size=2,
                           wd=None, save_interval=1, lr_warmup=None, warmup_unit='iterations',
                           scale_out=('syncbn', 'amp', 'horovod'))

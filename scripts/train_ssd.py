@@ -27,9 +27,8 @@ from gluondet.tasks import cli  # noqa: E402
 
 def parse_args(argv=None):
     parser = cli.parser('Train SSD networks.')
-    parser.add_argument('--network', default='vgg16_atrous',
-                        help='base network: vgg16_atrous, resnet50_v1, mobilenet1.0, '
-                             'mobilenet0.25')
+    cli.add_network_arg(parser, 'vgg16_atrous',
+                        ('vgg16_atrous', 'resnet50_v1', 'mobilenet1.0', 'mobilenet0.25'))
     parser.add_argument('--data-shape', type=int, default=300, help='input size: 300 or 512')
     cli.add_training_args(parser, epochs=240, lr=0.001, lr_decay_epoch='160,200',
                           batch_size=32)

@@ -271,3 +271,11 @@ class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
 
 def parser(description):
     return argparse.ArgumentParser(description=description, formatter_class=_HelpFormatter)
+
+
+def add_network_arg(parser, default, names):
+    """``--network`` and its alias ``--backbone`` (ODTK's name; horovodrun 0.28 stops at
+    ``--network`` anywhere on its command line, an ambiguous prefix of its own options)."""
+    parser.add_argument('--network', '--backbone', dest='network', default=default,
+                        help='base network: %s (--backbone: the same; under horovodrun, which '
+                             'refuses --network, use --backbone)' % ', '.join(names))
