@@ -99,11 +99,11 @@ def test_reset_class_reuses_named_rows(small_net):
 def _focal_reference(x, t, alpha, gamma):
     p = 1 / (1 + np.exp(-x))
     pt = np.where(t == 1, p, 1 - p)
-    at = np.where(t == 1, alpha, 1 - alpha)
+    at = 1 if alpha < 0 else np.where(t == 1, alpha, 1 - alpha)
     return -at * (1 - pt) ** gamma * np.log(pt)
 
 
-@pytest.mark.parametrize('alpha, gamma', [(0.25, 2.0), (0.5, 0.0), (0.75, 1.5)])
+@pytest.mark.parametrize('alpha, gamma', [(0.25, 2.0), (0.5, 0.0), (0.75, 1.5), (-1, 2.0)])
 def test_focal_loss_is_the_papers_formula(alpha, gamma):
     rng = np.random.RandomState(0)
     x = rng.uniform(-8, 8, (4, 50, 3)).astype(np.float64)
@@ -136,7 +136,8 @@ def test_focal_loss_gradient_is_the_papers(alpha, gamma):
                                rtol=1e-6, atol=1e-12)
 
 
-def test_retinanet_loss_normalizes_by_positives_over_contexts_and_ignores():
+@pytest.mark.parametrize('alpha', [0.25, -1])
+def test_retinanet_loss_normalizes_by_positives_over_contexts_and_ignores(alpha):
     rng = np.random.RandomState(1)
     cls = [mx.nd.array(rng.normal(size=(2, 6, 3))) for _ in range(2)]
     box = [mx.nd.array(rng.normal(size=(2, 6, 4))) for _ in range(2)]
@@ -144,7 +145,8 @@ def test_retinanet_loss_normalizes_by_positives_over_contexts_and_ignores():
              mx.nd.array([[2, 0, 0, 0, -1, 0], [0, 0, 1, 0, 0, 0]])]
     box_t = [mx.nd.array(rng.normal(size=(2, 6, 4))) for _ in range(2)]
     weights = (1., 2., 0.5)
-    out = RetinaNetLoss(class_weights=weights, loc_weight=2.0)(cls, box, cls_t, box_t)
+    out = RetinaNetLoss(alpha=alpha, class_weights=weights, loc_weight=2.0)(cls, box, cls_t,
+                                                                           box_t)
     positives = 4
     for k in range(2):
         c, t = cls[k].asnumpy(), cls_t[k].asnumpy()
@@ -152,7 +154,7 @@ def test_retinanet_loss_normalizes_by_positives_over_contexts_and_ignores():
         for (i, j), v in np.ndenumerate(t):
             if v > 0:
                 onehot[i, j, int(v) - 1] = 1
-        focal = _focal_reference(c, onehot, 0.25, 2.0) * (t >= 0)[..., None] * np.array(weights)
+        focal = _focal_reference(c, onehot, alpha, 2.0) * (t >= 0)[..., None] * np.array(weights)
         np.testing.assert_allclose(out['loss_cls'][k].asnumpy(), focal.sum(axis=(1, 2)) / positives,
                                    rtol=1e-5)
         diff = np.abs(box[k].asnumpy() - box_t[k].asnumpy())
