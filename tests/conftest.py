@@ -28,9 +28,24 @@ def cards_root():
 
 
 def pytest_collection_modifyitems(config, items):
-    """The longest first (``@pytest.mark.slow(minutes=N)``, then other slow tests): on several
-    workers (``-n``, ``--dist worksteal``) they start at once, and the short ones fill in."""
+    """The longest first (``@pytest.mark.slow(minutes=N)``, then other slow tests), and on
+    several workers (``-n``, ``--dist worksteal``) each worker's share starts with its own
+    long tests: the scheduler hands out contiguous equal shares, so sorted alone they all
+    fell to the first worker and ran one after the other beside the rest of the suite."""
     def minutes(item):
         marker = item.get_closest_marker('slow')
         return -1 if marker is None else marker.kwargs.get('minutes', 0)
     items.sort(key=minutes, reverse=True)
+    workers = int(os.environ.get('PYTEST_XDIST_WORKER_COUNT', '1'))
+    longest = [item for item in items if minutes(item) > 0]
+    if workers < 2 or len(longest) < 2:
+        return
+    rest = items[len(longest):]
+    order, remaining = [], len(items)
+    for k in range(workers):            # the shares of xdist's WorkStealingScheduling
+        share = remaining // (workers - k)
+        remaining -= share
+        own = longest[k::workers]
+        order += own + rest[:share - len(own)]
+        del rest[:share - len(own)]
+    items[:] = order + rest
