@@ -133,10 +133,11 @@ class FocalLoss(gluon.HybridBlock):
         self.alpha, self.gamma = alpha, gamma
 
     def hybrid_forward(self, F, logits, targets):
-        alpha = 0.5 if self.alpha < 0 else self.alpha   # no weighting: 0.5, the loss doubled
-        weights = (1 - alpha) + (2 * alpha - 1) * targets
-        loss = self.from_signs(F, logits, 1 - 2 * targets, weights)
-        return loss * 2 if self.alpha < 0 else loss
+        if self.alpha < 0:
+            weights = F.ones_like(targets)
+        else:
+            weights = (1 - self.alpha) + (2 * self.alpha - 1) * targets
+        return self.from_signs(F, logits, 1 - 2 * targets, weights)
 
     def from_signs(self, F, logits, negated_signs, weights):
         """The loss from ``-s`` (-1 positive, 1 negative) and the weight of each element
@@ -240,14 +241,15 @@ class RetinaNetLoss(gluon.Block):
                                  % (len(self._class_weights), num_classes))
             focal = self.focal
             fg = ct - 1                           # -1 (background) and -2 (ignored): no class
-            signs = nd.one_hot(fg, num_classes, on_value=-1, off_value=1)
+            signs = nd.one_hot(fg, num_classes, on_value=-1, off_value=1, dtype=cp.dtype)
             # alpha_t from the signs (-1: alpha, 1: 1 - alpha): a second one_hot costs 10x more
             scale, shift = (0, 1) if focal.alpha < 0 else ((1 - 2 * focal.alpha) / 2, 0.5)
-            weights = nd.broadcast_mul(signs * scale + shift, (ct >= 0).expand_dims(-1))
+            kept = (ct >= 0).astype(cp.dtype, copy=False).expand_dims(-1)
+            weights = nd.broadcast_mul(signs * scale + shift, kept)
             if self._class_weights is not None:
                 weights = nd.broadcast_mul(weights, nd.array(
-                    self._class_weights, ctx=cp.context).reshape((1, 1, -1)))
-            loss = focal.from_signs(nd, cp, signs.astype(cp.dtype), weights.astype(cp.dtype))
+                    self._class_weights, ctx=cp.context, dtype=cp.dtype).reshape((1, 1, -1)))
+            loss = focal.from_signs(nd, cp, signs, weights)
             # a sum as a product with ones: MXNet's CPU reduction is several times slower
             ones = nd.ones((num_classes * loss.shape[1],), ctx=cp.context, dtype=cp.dtype)
             out['loss_cls'].append(nd.broadcast_div(
