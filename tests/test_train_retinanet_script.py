@@ -99,6 +99,7 @@ def test_cpu_command_trains_validates_and_logs_its_defaults(tmp_path):
 def _kitti_copy(dataset, folder, rename):
     """``dataset`` as a KITTI split: ``image_2`` and ``label_2``, types renamed by ``rename``."""
     import shutil
+    from gluondet.data.kitti import kitti_line
     for sub in ('image_2', 'label_2'):
         os.makedirs(os.path.join(folder, sub))
     for i in range(len(dataset)):
@@ -107,8 +108,7 @@ def _kitti_copy(dataset, folder, rename):
         shutil.copy(image, os.path.join(folder, 'image_2', stem + os.path.splitext(image)[1]))
         with open(os.path.join(folder, 'label_2', stem + '.txt'), 'w') as f:
             for row in dataset.label(i):
-                kind = rename(dataset.classes[int(row[4])], i)
-                f.write('%s 0 0 0 %.2f %.2f %.2f %.2f 0 0 0 0 0 0 0\n' % ((kind,) + tuple(row[:4])))
+                f.write(kitti_line(rename(dataset.classes[int(row[4])], i), row[:4]) + '\n')
 
 
 def test_kitti_folder_with_a_many_to_one_mapping_trains(tmp_path):

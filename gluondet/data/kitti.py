@@ -2,7 +2,6 @@
 import glob
 import math
 import os
-
 import shutil
 
 import numpy as np
