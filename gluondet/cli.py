@@ -153,6 +153,16 @@ def _evaluate(args):
         batch_size=args.batch_size)
 
 
+def _launch_arguments(parser):
+    from . import launch
+    launch.add_arguments(parser)
+
+
+def _launch(args):
+    from . import launch
+    return launch.main(args)
+
+
 COMMANDS = [
     ('demo', 'train a small SSD, Faster R-CNN or RetinaNet on the embedded demo data and '
      'print its mAP', _demo_arguments, _demo),
@@ -162,6 +172,9 @@ COMMANDS = [
      _infer_arguments, _infer),
     ('evaluate', 'VOC07 mAP (and COCO metrics) of a detector on a dataset',
      _evaluate_arguments, _evaluate),
+    ('launch', "start a training on MXNet's parameter server: the scheduler, servers and "
+     'workers (--kv-store dist_sync), here or on the hosts of a host file',
+     _launch_arguments, _launch),
 ]
 
 

@@ -2,6 +2,8 @@
 import mxnet as mx
 from mxnet import gluon, nd
 
+from .engine import process_share
+
 __all__ = ['SSDMultiBoxLoss', 'FocalLoss', 'RetinaNetLoss', 'RCNNLoss', 'smooth_l1']
 
 
@@ -26,9 +28,10 @@ def _box_loss(pred, target, pos, rho):
 
 
 def _total(values):
-    """The sum of per-context NDArrays, on the first one's context, at least 1."""
+    """A normalizer: the sum of per-context counts, on the first one's context, at least 1;
+    in distributed training the whole batch's count per process (`engine.process_share`)."""
     total = sum(v.as_in_context(values[0].context) for v in values)
-    return nd.maximum(total, 1)
+    return nd.maximum(process_share(total), 1)
 
 
 class SSDMultiBoxLoss(gluon.Block):

@@ -44,8 +44,6 @@ UNNEEDED = {
                             'parallel'),
     'static_alloc': (False, 'the engine always hybridizes with static_alloc and static_shape '
                             '(--disable-hybridization: not at all)'),
-    'kv_store': ('nccl', "one process sums its devices' gradients with MXNet's 'device' "
-                         'kvstore'),
 }
 
 
@@ -67,7 +65,7 @@ def build_parser():
     cli.add_network_arg(parser, 'resnet50_v1b', ('resnet18_v1b', 'resnet50_v1b'))
     cli.add_training_args(parser, epochs=None, lr=None, lr_decay_epoch=None, batch_size=1,
                           wd=None, save_interval=1, lr_warmup=None, warmup_unit='iterations',
-                          mixup=True, scale_out=('amp', 'horovod'))
+                          mixup=True, scale_out=('amp',), kv_store='nccl')
     add('--verbose', action='store_true', help='log the names of the trainable parameters')
     add('--norm-layer', default=None, choices=['syncbn'],
         help='unset: frozen BatchNorm in the backbone, none in the heads (GluonCV)')
@@ -83,8 +81,6 @@ def build_parser():
         help="cap on the longer side (unset: the network's)")
     add('--static-alloc', action='store_true', help='accepted for GluonCV command lines')
     add('--executor-threads', type=int, default=1, help='accepted for GluonCV command lines')
-    add('--kv-store', default='nccl',
-        help='accepted for GluonCV command lines; dist_* (multi-machine) is not built yet')
     return parser
 
 

@@ -79,7 +79,7 @@ def build_parser():
                         sorted(a[len('retinanet_'):] for a in RETINANET_ARCHS))
     cli.add_training_args(parser, epochs=None, lr=None, lr_decay_epoch=None, batch_size=2,
                           wd=None, save_interval=1, lr_warmup=None, warmup_unit='iterations',
-                          scale_out=('syncbn', 'amp', 'horovod'))
+                          scale_out=('syncbn', 'amp'))
     add('--iters', type=int, default=None,
         help='train this many iterations instead of --epochs (ODTK; with --milestones)')
     add('--milestones', type=_ints, default=(),

@@ -1,7 +1,12 @@
-"""Shared test fixtures: where the real datasets are, seeds."""
+"""Shared test fixtures: where the real datasets are, seeds; thread counts."""
 import os
 
 import pytest
+
+# Each xdist worker is a training process of this machine: gluondet gives each its share of
+# the cores (gluondet.threads), and the processes the tests start inherit that count. Set
+# before anything imports gluondet or mxnet.
+os.environ.setdefault('GLUONDET_LOCAL_SIZE', os.environ.get('PYTEST_XDIST_WORKER_COUNT', '1'))
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHARED_DATASETS = os.environ.get('GLUONDET_SHARED_DATASETS',

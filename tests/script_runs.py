@@ -10,15 +10,20 @@ def run(*argv, **kwargs):
                           timeout=900, **kwargs)
 
 
-def run_on_small_demo(script, argv, cwd, train=8, val=4):
-    """``python script *argv`` with ``--dataset demo`` made of ``train`` and ``val`` images
-    (DemoDetection's default size is patched in that process; the command line is the
-    user's), in ``cwd`` with its own GLUONDET_HOME."""
+def small_demo_command(script, train=8, val=4):
+    """``[python, -c, CODE, script]``: runs ``script`` (its arguments follow) with
+    ``--dataset demo`` made of ``train`` and ``val`` images (DemoDetection's default size
+    patched in that process; the command line is the user's)."""
     code = ('import runpy, sys; import gluondet.data.demo as demo; '
             'demo.DEFAULT_NUM_IMAGES.update(train=%d, val=%d); '
             'sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name="__main__")'
             % (train, val))
-    return run('-c', code, script, *argv, cwd=str(cwd),
+    return [sys.executable, '-c', code, script]
+
+
+def run_on_small_demo(script, argv, cwd, train=8, val=4):
+    """`small_demo_command` with ``argv``, in ``cwd`` with its own GLUONDET_HOME."""
+    return run(*(small_demo_command(script, train, val)[1:] + list(argv)), cwd=str(cwd),
                env=dict(os.environ, GLUONDET_HOME=os.path.join(str(cwd), 'home')))
 
 

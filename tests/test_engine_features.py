@@ -305,17 +305,17 @@ def test_grouped_batches_resume_inside_an_epoch():
     assert len(resumed) == 7
 
 
-def test_grouped_shards_are_disjoint_with_equal_steps():
-    shards = [_batches(GroupedBatchSampler(GROUPS, 2, seed=4, rank=r, world_size=5), 2)
-              for r in range(5)]
-    assert [len(s) for s in shards] == [2] * 5          # 12 batches: 2 each, 2 left out
-    keys = [k for s in shards for b in s for k in b]
-    assert len(keys) == len(set(keys)) == 20
+def test_grouped_shards_together_are_the_one_process_batches():
+    whole = _batches(GroupedBatchSampler(GROUPS, 4, seed=4), 2)
+    shards = [_batches(GroupedBatchSampler(GROUPS, 2, seed=4, rank=r, world_size=2), 2)
+              for r in range(2)]
+    assert [len(s) for s in shards] == [len(whole)] * 2
+    assert [a + b for a, b in zip(*shards)] == whole
 
 
 def test_grouped_sampler_needs_a_full_batch_per_rank():
-    with pytest.raises(ValueError, match=r"groups of \{0: 3, 1: 3\}: 2 full batch\(es\) of 2, "
-                                         r"not one per rank over 3"):
+    with pytest.raises(ValueError, match=r"groups of \{0: 3, 1: 3\}: not one full batch of 6 "
+                                         r"\(2 per rank over 3"):
         GroupedBatchSampler([0, 0, 0, 1, 1, 1], 2, seed=0, world_size=3)
 
 

@@ -184,14 +184,13 @@ def test_notices_for_fallbacks_and_flags_the_engine_does_not_need():
     script = _script()
     args = _parse('--dataset', 'demo')
     assert script.notices(args, script.network_name(args)) == []
-    args = _parse('--use-fpn', '--executor-threads', '4', '--static-alloc', '--kv-store', 'local')
+    args = _parse('--use-fpn', '--executor-threads', '4', '--static-alloc')
     lines = script.notices(args, script.network_name(args))
     assert lines[0] == ('GluonCV has no faster_rcnn_fpn_resnet50_v1b_voc: training '
                         'faster_rcnn_fpn_resnet50_v1b_custom on the voc classes')
     assert lines[1].startswith('--executor-threads 4: ignored, MXNet already runs')
     assert lines[2].startswith('--static-alloc: ignored, the engine always hybridizes')
-    assert lines[3].startswith("--kv-store local: ignored, one process sums")
-    assert len(lines) == 4
+    assert len(lines) == 3
 
 
 def test_the_log_gets_the_lines_and_with_verbose_the_trainable_parameters(caplog):
@@ -211,9 +210,10 @@ def test_the_log_gets_the_lines_and_with_verbose_the_trainable_parameters(caplog
 
 @pytest.mark.parametrize('argv, message', [
     (('--amp',), '--amp: not available'),
-    (('--horovod',), '--horovod: not available'),
     (('--norm-layer', 'syncbn'), '--norm-layer syncbn: not available'),
-    (('--kv-store', 'dist_sync'), '--kv-store dist_sync: not available'),
+    (('--kv-store', 'dist_sync'), 'kv_store dist_sync: this process was not started by '
+                                  'a parameter-server launcher'),
+    (('--horovod', '--gpus', '0'), 'horovod: gpus=\'0\' asks for GPUs, but this machine has none'),
     (('--network', 'resnet101_v1d'), 'no Faster R-CNN on --network resnet101_v1d in gluondet'),
 ])
 def test_refusals_are_one_line_without_a_traceback(argv, message, tmp_path):

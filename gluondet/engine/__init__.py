@@ -97,7 +97,10 @@ Stopping
 """
 from .checkpoint import CheckpointError, Checkpointer, read_manifest, save_params
 from .config import TrainConfig
-from .context import Runtime, local_runtime, make_contexts
+from .context import (Runtime, average_statistics, local_runtime, make_contexts,
+                      mean_over_processes, process_share)
+from .distributed import HorovodRuntime, KVStoreRuntime, make_runtime
+from .watchdog import Watchdog
 from .data import EpochBatchSampler, GroupedBatchSampler, SampleIndex, SeededDataset, TrainData
 from .hooks import (CheckpointHook, HookBase, LoggingHook, LRScheduleHook, NonFiniteHook,
                     NonFiniteLossError, SeedHook, SignalHook, TrainingInterrupted,
@@ -108,7 +111,8 @@ from .schedule import LRSchedule
 
 __all__ = [
     'fit', 'FitResult', 'TrainConfig', 'TrainLoop', 'TrainState', 'split_batch',
-    'Runtime', 'local_runtime', 'make_contexts', 'LRSchedule',
+    'Runtime', 'local_runtime', 'make_contexts', 'LRSchedule', 'make_runtime', 'HorovodRuntime',
+    'KVStoreRuntime', 'process_share', 'mean_over_processes', 'average_statistics', 'Watchdog',
     'EpochBatchSampler', 'GroupedBatchSampler', 'SampleIndex', 'SeededDataset', 'TrainData',
     'trainable_params', 'disable_weight_decay', 'NO_WD_PATTERN',
     'Checkpointer', 'CheckpointError', 'read_manifest', 'save_params',

@@ -68,7 +68,12 @@ class Checkpointer:
         self._position = None   # (epoch, batch, iteration) they hold
 
     def save(self, loop):
-        """Checkpoint the loop's current position (manifest only if its data is on disk)."""
+        """Checkpoint the loop's current position (manifest only if its data is on disk).
+
+        Every process calls it: BatchNorm statistics are first averaged over them."""
+        from .context import average_statistics
+        loop.runtime.beat('checkpoint at iteration %d' % loop.state.iteration)
+        average_statistics(loop.runtime, loop.net)
         if not self.enabled:
             return
         if loop.state.position() != self._position:
@@ -111,7 +116,8 @@ class Checkpointer:
             epoch=epoch, batch=batch, iteration=iteration, **self._files,
             rng={'seed': self.config.seed,
                  'scheme': 'step RNGs from (seed, iteration), samples from (seed, epoch, index)'},
-            hooks=hook_states(loop.hooks), meta=self.meta, config=self.config.to_dict())
+            hooks=hook_states(loop.hooks), meta=self.meta, config=self.config.to_dict(),
+            processes=loop.runtime.world_size, threads=omp_threads())
         atomic_write(self.json_path, json.dumps(manifest, indent=1, allow_nan=False))
         self.last_path = self.json_path
 
@@ -136,6 +142,7 @@ class Checkpointer:
         _check_position(state, path)
         load_hook_states(loop.hooks, manifest['hooks'])
         _report_differences(path, manifest, self.meta, self.config)
+        _report_scale(path, manifest, loop.runtime.world_size)
         self._files = {k: manifest[k] for k in ('params', 'params_sha1', 'states', 'states_sha1',
                                                 'optimizer')}
         # Data files elsewhere (another save_prefix) are copied by the next save.
@@ -220,6 +227,9 @@ def optimizer_states(trainer, names):
     """
     _init_trainer(trainer)
     arrays, layout = {}, {}
+    if trainer._update_on_kvstore:    # dist_async: the states are on the servers
+        return arrays, {'name': type(trainer._optimizer).__name__.lower(), 'on_servers': True,
+                        'num_update': 0, 'update_counts': {}, 'layout': layout}
     for index, state in sorted(trainer._updaters[0].states.items()):
         layout[names[index]] = _flatten(state, names[index], arrays)
     opt = trainer._optimizer
@@ -233,6 +243,10 @@ def optimizer_states(trainer, names):
 def load_optimizer_states(trainer, names, arrays, info):
     """Put states saved by `optimizer_states` into every updater of ``trainer``."""
     _init_trainer(trainer)
+    if trainer._update_on_kvstore or info.get('on_servers'):
+        LOG.warning('the optimizer states of this run live on the parameter servers (or did: '
+                    'dist_async), not in the checkpoint: they start anew')
+        return
     index = {name: i for i, name in enumerate(names)}
     unknown = sorted(set(info['layout']) - set(index))
     if unknown:
@@ -343,9 +357,6 @@ def _init_trainer(trainer):
         trainer._init_kvstore()
     if trainer._params_to_init:
         trainer._init_params()
-    if trainer._update_on_kvstore:
-        raise CheckpointError('optimizer states live in the kvstore (update_on_kvstore=True); '
-                              'create the trainer with update_on_kvstore=False')
 
 
 def _flatten(state, key, arrays):
@@ -368,6 +379,28 @@ def _unflatten(layout, arrays, ctx):
             raise CheckpointError('optimizer state %r is missing from the states file' % layout)
         return arrays[layout].as_in_context(ctx)
     return tuple(_unflatten(item, arrays, ctx) for item in layout)
+
+
+def omp_threads():
+    """The OpenMP threads MXNet computes with in this process (see `gluondet.threads`)."""
+    from ..threads import mxnet_threads
+    return mxnet_threads()
+
+
+def _report_scale(path, manifest, processes):
+    """Warn when a run resumes on another number of processes or OpenMP threads."""
+    saved = manifest.get('processes', 1)
+    if saved != processes:
+        LOG.warning('resuming %s, written by %d process(es), on %d: the global batch and the '
+                    'schedule continue, but each step now draws its samples from %d shard(s) of '
+                    'the data, so the run will not repeat, bit for bit, one continued on %d'
+                    % (path, saved, processes, processes, saved))
+    threads = manifest.get('threads')
+    if threads is not None and threads != omp_threads():
+        LOG.warning('resuming %s, written with %d OpenMP thread(s), with %d: MKLDNN rounds '
+                    'differently with another thread count, so the run will not repeat, bit for '
+                    'bit, one continued with %d (set OMP_NUM_THREADS=%d to keep it)'
+                    % (path, threads, omp_threads(), threads, threads))
 
 
 def _report_differences(path, manifest, meta, config):

@@ -5,6 +5,7 @@ import math
 from typing import Tuple
 
 LR_MODES = ('step', 'cosine', 'soft_start_annealing')
+KV_STORES = ('device', 'local', 'nccl', 'dist_sync', 'dist_device_sync', 'dist_async')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -112,6 +113,17 @@ class TrainConfig:
         Hybridize the net with ``static_alloc`` and ``static_shape``.
     stop_on_nonfinite : bool
         Stop with an error at the first NaN or infinite loss.
+    horovod : bool
+        This process is one of a ``horovodrun`` job (`distributed.HorovodRuntime`).
+    kv_store : str
+        How gradients are summed (GluonCV's ``--kv-store``): over the GPUs of one process
+        ``'device'``, ``'local'`` or ``'nccl'`` (CPU contexts always ``'device'``); over
+        the workers of MXNet's parameter server, started by ``gluondet launch``,
+        ``'dist_sync'``, ``'dist_device_sync'`` or ``'dist_async'``
+        (`distributed.KVStoreRuntime`).
+    hang_timeout : float
+        With several processes, a process that makes no progress for this many seconds
+        ends the job (`watchdog.Watchdog`); 0: never.
     """
 
     gpus: str = ''
@@ -151,6 +163,9 @@ class TrainConfig:
     logdir: str = ''
     hybridize: bool = True
     stop_on_nonfinite: bool = True
+    horovod: bool = False
+    kv_store: str = 'device'
+    hang_timeout: float = 600.0
 
     def __post_init__(self):
         object.__setattr__(self, 'lr_decay_epoch', _epoch_list(self.lr_decay_epoch))
@@ -264,6 +279,11 @@ def _check_values(cfg):
         (cfg.checkpoint_interval >= 0, 'checkpoint_interval must be >= 0',
          cfg.checkpoint_interval),
         (cfg.seed >= 0, 'seed must be >= 0', cfg.seed),
+        (cfg.kv_store in KV_STORES, 'kv_store must be one of %s' % (KV_STORES,), cfg.kv_store),
+        (not (cfg.horovod and cfg.kv_store.startswith('dist')),
+         'horovod and a dist kv_store are two ways of running several processes: choose one',
+         cfg.kv_store),
+        (cfg.hang_timeout >= 0, 'hang_timeout must be >= 0 (0: no watchdog)', cfg.hang_timeout),
     ]
     for ok, message, value in checks:
         if not ok:

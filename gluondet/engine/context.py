@@ -1,10 +1,15 @@
-"""Where training runs: the device contexts, this process's rank, the trainer factory."""
+"""Where training runs: the device contexts, this process's rank, the trainer factory, and
+the collectives the engine and the tasks call (identities in one process)."""
+import contextlib
+import contextvars
 import dataclasses
 import inspect
 from typing import Tuple
 
 import mxnet as mx
-from mxnet import gluon
+from mxnet import autograd, gluon, nd
+
+_ACTIVE = contextvars.ContextVar('gluondet_runtime', default=None)
 
 
 def make_contexts(gpus='', cpus=1):
@@ -47,8 +52,14 @@ def make_contexts(gpus='', cpus=1):
 class Runtime:
     """One training process: its devices and its place among the processes.
 
-    A distributed backend (Horovod, a dist kvstore) is a subclass that sets
-    ``rank``/``world_size`` and overrides `make_trainer`.
+    A distributed backend (Horovod, a dist kvstore: `gluondet.engine.distributed`) is a
+    subclass that sets ``rank``/``world_size`` and overrides `make_trainer` and the
+    collectives (`allreduce`, `allgather`, `broadcast_parameters`). Every process calls a
+    collective at the same point of training, in the same order.
+
+    The gradient a step applies is the mean of the processes' gradients (``synchronous``;
+    Horovod's convention), so a loss normalized by a count over the whole batch divides each
+    process's part by `process_share` of that count.
 
     Parameters
     ----------
@@ -62,25 +73,106 @@ class Runtime:
     ctx: Tuple[mx.Context, ...]
     rank: int = 0
     world_size: int = 1
+    kv_store: str = 'device'
+
+    #: Whether every step averages the processes' gradients (not dist_async).
+    synchronous = True
+    #: What runs the processes, for messages and the checkpoint.
+    kind = 'local'
 
     @property
     def is_main(self):
         """Whether this process writes logs, checkpoints and params files."""
         return self.rank == 0
 
-    def make_trainer(self, params, config):
+    def describe(self):
+        """``'rank 1 of 2 (horovod)'``, for messages."""
+        return 'rank %d of %d (%s)' % (self.rank, self.world_size, self.kind)
+
+    def allreduce(self, arrays):
+        """Sum each NDArray of ``arrays`` over the processes, in place; returns ``arrays``."""
+        return arrays
+
+    def allgather(self, obj):
+        """``[obj of rank 0, obj of rank 1, ...]`` (``obj`` picklable), on every process."""
+        return [obj]
+
+    def broadcast_parameters(self, net):
+        """Make every process start from rank 0's parameters (also those initialized later)."""
+
+    def beat(self, what):
+        """Tell the hang watchdog, if one runs, that this process is alive and doing ``what``."""
+        from .watchdog import beat
+        beat(what)
+
+    @contextlib.contextmanager
+    def activated(self):
+        """Within the block, `process_share` and `mean_over_processes` use this runtime."""
+        token = _ACTIVE.set(self)
+        try:
+            yield self
+        finally:
+            _ACTIVE.reset(token)
+
+    def make_trainer(self, params, config, schedule=None):
         """A `gluon.Trainer` for ``params`` from the optimizer fields of ``config``.
 
         Updates run in the trainer's own updaters (``update_on_kvstore=False``),
-        where the checkpoint code reads and restores the optimizer states.
+        where the checkpoint code reads and restores the optimizer states. ``schedule`` (the
+        `LRSchedule`) is for a trainer whose updates run elsewhere (dist_async's servers).
         """
+        kvstore = self.kv_store if all(c.device_type == 'gpu' for c in self.ctx) else 'device'
         return gluon.Trainer(params, config.optimizer, optimizer_params(config),
-                             kvstore='device', update_on_kvstore=False)
+                             kvstore=kvstore, update_on_kvstore=False)
 
 
 def local_runtime(config):
-    """The single-process runtime on the devices named by ``config.gpus``/``config.cpus``."""
-    return Runtime(tuple(make_contexts(config.gpus, config.cpus)))
+    """The single-process runtime on the devices named by ``config.gpus``/``config.cpus``
+    (``config.kv_store`` sums GPU gradients: ``device``, ``local`` or ``nccl``)."""
+    return Runtime(tuple(make_contexts(config.gpus, config.cpus)),
+                   kv_store='device' if config.kv_store.startswith('dist') else config.kv_store)
+
+
+def process_share(total):
+    """A count summed over the whole batch, per process: ``total`` summed over the processes of
+    the active runtime and divided by their number (``total`` itself in one process).
+
+    A task divides its part of a loss by this, so that the mean of the processes' gradients
+    (what a synchronous step applies) is the gradient of the whole batch's loss. Not
+    differentiated: counts are constants.
+    """
+    runtime = _ACTIVE.get()
+    if runtime is None or runtime.world_size == 1 or not runtime.synchronous:
+        return total
+    with autograd.pause():
+        summed = runtime.allreduce([total.copy()])[0]
+        return summed / runtime.world_size
+
+
+def mean_over_processes(values):
+    """``{name: float}`` averaged over the processes of the active runtime (same keys on all)."""
+    runtime = _ACTIVE.get()
+    if runtime is None or runtime.world_size == 1 or not runtime.synchronous or not values:
+        return dict(values)
+    names = sorted(values)
+    summed = runtime.allreduce([nd.array([values[n] for n in names], dtype='float32')])[0]
+    means = dict(zip(names, (summed / runtime.world_size).asnumpy().tolist()))
+    return {name: means[name] for name in values}
+
+
+def average_statistics(runtime, net):
+    """Set BatchNorm's running mean and variance to their mean over the processes (the
+    trainers keep only the trained parameters equal). Every process calls it."""
+    if runtime.world_size == 1 or not runtime.synchronous:
+        return
+    stats = [p for name, p in sorted(net.collect_params().items())
+             if name.endswith(('running_mean', 'running_var', 'moving_mean', 'moving_var'))
+             and p._data is not None]
+    if not stats:
+        return
+    arrays = runtime.allreduce([p.data(runtime.ctx[0]).copy() for p in stats])
+    for param, summed in zip(stats, arrays):
+        param.set_data(summed / runtime.world_size)
 
 
 def optimizer_params(config):

@@ -155,12 +155,13 @@ class _EpochSampler(gluon.data.Sampler):
 
 
 class EpochBatchSampler(_EpochSampler):
-    """Full batches of one rank's shard of a per-epoch permutation.
+    """Full batches of a per-epoch permutation, each global batch shared among the ranks.
 
-    The permutation is seeded by ``(seed, epoch)``; rank ``r`` of ``w`` takes
-    the ``r``-th of ``w`` equal slices of it (the remainder is dropped so all
-    ranks take the same number of steps); the last incomplete batch is
-    dropped so every batch has the same shape (static-shape hybridization).
+    The permutation is seeded by ``(seed, epoch)`` and cut into global batches of
+    ``batch_size * world_size`` samples (the remainder is dropped, so every batch has the
+    same shape for static-shape hybridization); rank ``r`` takes the ``r``-th slice of
+    each. So the ranks' batches of a step are, together, the batch one process would
+    take with ``batch_size * world_size``.
 
     Parameters
     ----------
@@ -173,27 +174,26 @@ class EpochBatchSampler(_EpochSampler):
     """
 
     def __init__(self, length, batch_size, seed, rank=0, world_size=1):
-        per_rank = length // world_size
-        if per_rank < batch_size:
-            raise ValueError('the training dataset has %d samples, %d per rank over %d rank(s): '
-                             'not one full batch of %d' % (length, per_rank, world_size, batch_size))
-        super().__init__(length, batch_size, seed, rank, world_size, per_rank // batch_size)
-        self.per_rank = per_rank
+        if length < batch_size * world_size:
+            raise ValueError('the training dataset has %d samples: not one full batch of %d '
+                             '(%d per rank over %d rank(s))' % (
+                                 length, batch_size * world_size, batch_size, world_size))
+        super().__init__(length, batch_size, seed, rank, world_size,
+                         length // (batch_size * world_size))
 
     def _batches(self, rng):
-        order = rng.permutation(self.length)
-        shard = order[self.rank * self.per_rank:(self.rank + 1) * self.per_rank]
-        return shard[:self.batches_per_epoch * self.batch_size].reshape(-1, self.batch_size)
+        order = rng.permutation(self.length)[:self.batches_per_epoch * self.batch_size
+                                             * self.world_size]
+        return order.reshape(-1, self.world_size, self.batch_size)[:, self.rank]
 
 
 class GroupedBatchSampler(_EpochSampler):
-    """Full batches whose samples all share a group, shuffled, sharded over ranks.
+    """Full batches whose samples all share a group, shuffled, shared among the ranks.
 
     Each epoch (seeded by ``(seed, epoch)``): the samples are permuted; each
-    group's samples, in that order, are cut into full batches (a group's
-    remainder, fewer than ``batch_size``, is dropped); the batches of all
-    groups are shuffled; rank ``r`` of ``w`` takes batches ``r, r + w, ...``
-    up to ``batches_per_epoch`` each (the same for all ranks and epochs).
+    group's samples, in that order, are cut into full global batches of ``batch_size *
+    world_size`` (a group's remainder is dropped); the global batches of all groups are
+    shuffled; rank ``r`` takes the ``r``-th slice of each (as `EpochBatchSampler`).
 
     For Faster R-CNN's aspect-ratio grouping a task gives, without reading
     an image, ``[int(w > h) for w, h in map(dataset.image_size, range(n))]``.
@@ -211,24 +211,25 @@ class GroupedBatchSampler(_EpochSampler):
     def __init__(self, groups, batch_size, seed, rank=0, world_size=1):
         keys, codes, counts = np.unique(np.asarray(groups), return_inverse=True,
                                         return_counts=True)
-        total = int(sum(counts // batch_size))
-        if total // world_size < 1:
-            raise ValueError('the training dataset has %d samples in groups of %s: %d full '
-                             'batch(es) of %d, not one per rank over %d rank(s)'
-                             % (len(codes), dict(zip(keys.tolist(), counts.tolist())), total,
-                                batch_size, world_size))
-        super().__init__(len(codes), batch_size, seed, rank, world_size, total // world_size)
+        total = int(sum(counts // (batch_size * world_size)))
+        if total < 1:
+            raise ValueError('the training dataset has %d samples in groups of %s: not one '
+                             'full batch of %d (%d per rank over %d rank(s)) in any group'
+                             % (len(codes), dict(zip(keys.tolist(), counts.tolist())),
+                                batch_size * world_size, batch_size, world_size))
+        super().__init__(len(codes), batch_size, seed, rank, world_size, total)
         self.groups = codes.reshape(-1)
 
     def _batches(self, rng):
         order = rng.permutation(self.length)
+        size = self.batch_size * self.world_size
         batches = []
         for group in range(int(self.groups.max()) + 1):
             members = order[self.groups[order] == group]
-            full = len(members) // self.batch_size * self.batch_size
-            batches.extend(members[:full].reshape(-1, self.batch_size))
+            full = len(members) // size * size
+            batches.extend(members[:full].reshape(-1, size))
         batches = [batches[i] for i in rng.permutation(len(batches))]
-        return batches[self.rank::self.world_size][:self.batches_per_epoch]
+        return [b.reshape(self.world_size, self.batch_size)[self.rank] for b in batches]
 
 
 class TrainData:

@@ -12,6 +12,7 @@ import threading
 import time
 
 from .checkpoint import save_params
+from .context import average_statistics, mean_over_processes
 from .data import seed_step
 
 
@@ -89,7 +90,8 @@ class SeedHook(HookBase):
 
 
 class LRScheduleHook(HookBase):
-    """Sets the learning rate of each step from the global iteration (`LRSchedule`)."""
+    """Sets the learning rate of each step from the global iteration (`LRSchedule`), unless
+    the optimizer follows a schedule of its own (dist_async's servers)."""
 
     def __init__(self, schedule):
         self.schedule = schedule
@@ -97,7 +99,8 @@ class LRScheduleHook(HookBase):
     def before_step(self):
         state = self.loop.state
         state.lr = self.schedule(state.iteration)
-        self.loop.trainer.set_learning_rate(state.lr)
+        if self.loop.trainer.optimizer.lr_scheduler is None:
+            self.loop.trainer.set_learning_rate(state.lr)
 
 
 class NonFiniteHook(HookBase):
@@ -172,7 +175,8 @@ class LoggingHook(HookBase):
 
     def after_epoch(self):
         self.reporter.end_epoch()
-        means = {k: v / max(1, self._epoch_steps) for k, v in self._epoch_sums.items()}
+        means = mean_over_processes(
+            {k: v / max(1, self._epoch_steps) for k, v in self._epoch_sums.items()})
         self.reporter.epoch_summary(self.loop.state.epoch, time.time() - self._epoch_tic, means)
 
     def _report(self):
@@ -181,7 +185,7 @@ class LoggingHook(HookBase):
         self.reporter.train({
             'epoch': state.epoch, 'batch': state.batch - 1, 'iteration': state.iteration,
             'lr': state.lr, 'samples_per_sec': self._steps * self.config.batch_size / elapsed,
-            'losses': {k: v / self._steps for k, v in self._sums.items()}})
+            'losses': mean_over_processes({k: v / self._steps for k, v in self._sums.items()})})
         self._sums, self._steps, self._tic = {}, 0, time.time()
 
     def state_dict(self):
@@ -217,7 +221,9 @@ class ValidationHook(HookBase):
     After every ``save_interval``-th epoch, (if ``val_interval`` > 0) every
     ``val_interval``-th and the last epoch, and (if ``val_iters`` > 0) every
     ``val_iters``-th step within an epoch, it calls
-    ``task.validate(net, ctx_list)`` and reports the result. When
+    ``task.validate(net, ctx_list)`` (with several processes: BatchNorm statistics averaged
+    first, then ``validate(net, ctx_list, group=runtime)`` on every process) and reports the
+    result. When
     ``metrics[val_metric]`` beats the best so far it writes
     ``{save_prefix}_best.params`` and appends to ``{save_prefix}_best_map.log``;
     every ``save_interval``-th epoch it writes
@@ -263,9 +269,18 @@ class ValidationHook(HookBase):
         return bool(val) and ((epoch + 1) % val == 0 or epoch + 1 == self.loop.epochs)
 
     def _validate(self, epoch):
-        loop = self.loop
-        metrics = _checked_metrics(self.task.validate(loop.net, list(loop.runtime.ctx)),
-                                   self.config.val_metric)
+        loop, runtime = self.loop, self.loop.runtime
+        average_statistics(runtime, loop.net)
+        runtime.beat('validation after epoch %d, iteration %d' % (epoch, loop.state.iteration))
+        if runtime.world_size == 1:
+            metrics = self.task.validate(loop.net, list(runtime.ctx))
+        elif runtime.synchronous:    # every process validates its share
+            metrics = self.task.validate(loop.net, list(runtime.ctx), group=runtime)
+        elif runtime.is_main:        # dist_async: the workers' weights differ; rank 0's count
+            metrics = self.task.validate(loop.net, list(runtime.ctx))
+        else:
+            return
+        metrics = _checked_metrics(metrics, self.config.val_metric)
         loop.state.metrics = metrics
         self.reporter.validation(epoch, loop.state.iteration, metrics)
         if loop.runtime.is_main:
@@ -315,7 +330,8 @@ def _json_metrics(metrics):
 class SignalHook(HookBase):
     """On SIGINT or SIGTERM: finish the step, checkpoint, raise `TrainingInterrupted`.
 
-    A second SIGINT before that interrupts at once (KeyboardInterrupt).
+    A second SIGINT before that interrupts at once (KeyboardInterrupt). With several
+    processes, a signal received by any of them stops them all after the same step.
     Handlers are only installed when training runs in the main thread. A process forked
     meanwhile (a data loader's worker) does not keep them (`_fork_hooks`): there SIGTERM ends
     it, as ``Pool.terminate`` expects, and SIGINT (a Ctrl-C sent to the whole process group)
@@ -342,12 +358,25 @@ class SignalHook(HookBase):
         self.requested = signum
 
     def after_step(self):
-        if self.requested is not None:
+        if self._agreed() is not None:
             self._stop()
 
     def after_epoch(self):
-        if self.requested is not None:
+        if self._agreed() is not None:
             self._stop()
+
+    def _agreed(self):
+        """The signal to act on now: this process's, or with several synchronous processes
+        the one any of them received (all must stop at the same step)."""
+        runtime = self.loop.runtime
+        if runtime.world_size == 1 or not runtime.synchronous:
+            return self.requested
+        import mxnet as mx
+        flags = mx.nd.array([self.requested == s for s in self.SIGNALS])
+        got = runtime.allreduce([flags])[0].asnumpy()
+        if self.requested is None and got.any():
+            self.requested = self.SIGNALS[int(got.argmax())]
+        return self.requested
 
     def after_train(self):
         for signum, handler in self._previous.items():

@@ -118,7 +118,8 @@ class Reporter:
         return self._jsonl.tell() if self._jsonl else None
 
     def info(self, message):
-        self.logger.info(message)
+        if self.enabled:
+            self.logger.info(message)
 
     def train(self, record):
         """One log interval: text line, jsonl record, TensorBoard scalars, bar postfix."""

@@ -5,9 +5,10 @@ from typing import Optional
 from mxnet import autograd, gluon, nd
 
 from .checkpoint import Checkpointer
-from .context import local_runtime
 from .data import TrainData, seed_all
+from .distributed import make_runtime
 from .hooks import ValidationHook, default_hooks
+from .watchdog import Watchdog
 from .logging import Reporter
 from .params import disable_weight_decay, trainable_params
 from .schedule import LRSchedule
@@ -159,7 +160,7 @@ def train_data(task, config, runtime):
 
 @dataclasses.dataclass
 class FitResult:
-    """What `fit` leaves: the trained net and where training ended."""
+    """What `fit` leaves: the trained net, where training ended, on which process."""
 
     net: gluon.HybridBlock
     epoch: int
@@ -167,6 +168,8 @@ class FitResult:
     best: Optional[float]
     metrics: dict
     checkpoint: Optional[str]
+    rank: int = 0
+    world_size: int = 1
 
 
 def fit(task, config, runtime=None, hooks=()):
@@ -178,7 +181,8 @@ def fit(task, config, runtime=None, hooks=()):
         Follows the task contract in the `gluondet.engine` docstring.
     config : TrainConfig
     runtime : Runtime, optional
-        Devices and rank; default: this process on ``config.gpus``/``config.cpus``.
+        Devices and rank; default: `distributed.make_runtime` (Horovod, a dist kvstore, or
+        this process on ``config.gpus``/``config.cpus``).
     hooks : sequence of HookBase
         Extra hooks, called after the default ones at every stage.
 
@@ -194,7 +198,7 @@ def fit(task, config, runtime=None, hooks=()):
         SIGINT or SIGTERM arrived; a checkpoint was written first. It is a
         ``SystemExit`` with code 128 + signal number (130, 143).
     """
-    runtime = runtime or local_runtime(config)
+    runtime = runtime or make_runtime(config)
     if config.batch_size % runtime.world_size:
         raise ValueError('batch_size %d does not split over %d processes'
                          % (config.batch_size, runtime.world_size))
@@ -203,17 +207,20 @@ def fit(task, config, runtime=None, hooks=()):
                          % type(task).__name__)
     seed_all(config.seed)
     net = task.build_net(list(runtime.ctx))
+    runtime.broadcast_parameters(net)
     params = trainable_params(task, net)     # before the graph is built: frozen ones get no grad
     if config.no_wd:
         disable_weight_decay(net)
     if config.hybridize:
         net.hybridize(static_alloc=True, static_shape=True)
     data = train_data(task, config, runtime)
-    trainer = runtime.make_trainer(params, config)
+    schedule = LRSchedule.from_config(config, data.iters_per_epoch)
+    trainer = runtime.make_trainer(params, config, schedule)
     checkpointer = Checkpointer(config.save_prefix, task.meta(), config, runtime.is_main)
     reporter = Reporter(config.save_prefix, config.logdir, runtime.is_main)
-    schedule = LRSchedule.from_config(config, data.iters_per_epoch)
     all_hooks = default_hooks(task, config, schedule, checkpointer, reporter) + list(hooks)
+    if runtime.world_size > 1 and config.hang_timeout:
+        all_hooks.append(Watchdog(config.hang_timeout, runtime.describe()))
     # an iteration budget (ODTK's) sets the epochs: the last one stops at max_iters
     epochs = (-(-config.max_iters // data.iters_per_epoch) if config.max_iters
               else config.epochs)
@@ -221,9 +228,9 @@ def fit(task, config, runtime=None, hooks=()):
                      TrainState(data.iters_per_epoch, epoch=config.start_epoch,
                                 iteration=config.start_epoch * data.iters_per_epoch),
                      max_iters=config.max_iters)
-    with reporter:
+    with reporter, runtime.activated():
         checkpointer.resume(loop, config.resume)
         loop.train()
     best = next((h.best for h in loop.hooks if isinstance(h, ValidationHook)), None)
     return FitResult(net, loop.state.epoch, loop.state.iteration, best, loop.state.metrics,
-                     checkpointer.last_path)
+                     checkpointer.last_path, runtime.rank, runtime.world_size)

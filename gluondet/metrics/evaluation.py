@@ -17,17 +17,19 @@ from .voc import VOC07MApMetric
 __all__ = ['evaluate', 'evaluate_voc07', 'voc_result']
 
 
-def _batches(dataset, size, num_workers):
-    """Lists of ``size`` items of ``dataset`` in order (the last may be shorter)."""
+def _batches(dataset, starts, size, num_workers):
+    """Lists of the ``size`` items of ``dataset`` from each of ``starts``, in that order."""
+    indices = [list(range(s, min(s + size, len(dataset)))) for s in starts]
     if num_workers > 0:
-        yield from DataLoader(dataset, size, shuffle=False, last_batch='keep', batchify_fn=list,
+        yield from DataLoader(dataset, batch_sampler=indices, batchify_fn=list,
                               num_workers=num_workers)
         return
-    for start in range(0, len(dataset), size):     # a DataLoader would only add a gc.collect()
-        yield [dataset[i] for i in range(start, min(start + size, len(dataset)))]
+    for batch in indices:     # a DataLoader would only add a gc.collect()
+        yield [dataset[i] for i in batch]
 
 
-def evaluate(predictor, dataset, metrics, batch_size=None, progress=False, num_workers=0):
+def evaluate(predictor, dataset, metrics, batch_size=None, progress=False, num_workers=0,
+             group=None):
     """Run ``predictor`` on every item of ``dataset`` and update each metric with it.
 
     Parameters
@@ -46,19 +48,43 @@ def evaluate(predictor, dataset, metrics, batch_size=None, progress=False, num_w
         Show a progress bar.
     num_workers : int
         Processes reading and preprocessing images (0: in this process).
+    group : Runtime, optional
+        The processes of a distributed training (``rank``, ``world_size``,
+        ``allgather(obj)``, ``beat(what)``), all calling this at once: each
+        predicts every ``world_size``-th batch, the detections are gathered, and every
+        process updates the metrics with all of them in the dataset's order, batched as
+        one process would (the metrics equal one process's on the same weights).
     """
     size = predictor.batch_size(batch_size)
-    batches = _batches(dataset.transform(predictor.transform), size, num_workers)
+    data = dataset.transform(predictor.transform)
+    starts = range(0, len(dataset), size)
+    rank, world = (0, 1) if group is None else (group.rank, group.world_size)
+    mine = starts[rank::world]
+    results = []
     with tqdm(total=len(dataset), disable=not progress, unit='image',
               desc='evaluate (%s)' % predictor.backend) as bar:
-        for samples in batches:
-            for detections, (_, label, _) in zip(predictor.detect_samples(samples), samples):
-                label = label[None]
-                for metric in metrics:
-                    metric.update(detections.boxes[None], detections.ids[None],
-                                  detections.scores[None], label[:, :, :4], label[:, :, 4:5],
-                                  label[:, :, 5:6])
+        for b, samples in enumerate(_batches(data, mine, size, num_workers)):
+            pairs = [(detections, label) for detections, (_, label, _)
+                     in zip(predictor.detect_samples(samples), samples)]
+            if world == 1:
+                _update(metrics, pairs)
+            else:
+                results.append(pairs)
+                group.beat('validation: batch %d of %d' % (b + 1, len(mine)))
             bar.update(len(samples))
+    if world > 1:
+        gathered = group.allgather(results)
+        for b in range(len(starts)):
+            _update(metrics, gathered[b % world][b // world])
+
+
+def _update(metrics, pairs):
+    for detections, label in pairs:
+        label = label[None]
+        for metric in metrics:
+            metric.update(detections.boxes[None], detections.ids[None],
+                          detections.scores[None], label[:, :, :4], label[:, :, 4:5],
+                          label[:, :, 5:6])
 
 
 def voc_result(metric):
@@ -70,11 +96,12 @@ def voc_result(metric):
 
 
 def evaluate_voc07(predictor, dataset, batch_size=None, progress=False, num_workers=0,
-                   metrics=()):
+                   metrics=(), group=None):
     """VOC07 mAP (IoU 0.5, 11-point) of ``predictor`` on ``dataset``, by :func:`evaluate`.
 
     ``metrics`` are more metrics updated in the same pass. Returns :func:`voc_result`.
     """
     voc = VOC07MApMetric(iou_thresh=0.5, class_names=predictor.classes)
-    evaluate(predictor, dataset, [voc] + list(metrics), batch_size, progress, num_workers)
+    evaluate(predictor, dataset, [voc] + list(metrics), batch_size, progress, num_workers,
+             group)
     return voc_result(voc)

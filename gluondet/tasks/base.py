@@ -129,10 +129,11 @@ class DetectionTask:
         preprocessing it trains at; batches of ``val_batch_size`` split over ``ctx_list``."""
         return Predictor(MXNetRunner(net, ctx_list), self.classes, self.preprocessing(net))
 
-    def validate(self, net, ctx_list):
-        """VOC07 mAP on the val dataset, by the evaluation ``gluondet evaluate`` runs."""
+    def validate(self, net, ctx_list, group=None):
+        """VOC07 mAP on the val dataset, by the evaluation ``gluondet evaluate`` runs (its
+        batches shared among the processes of ``group``)."""
         return evaluate_voc07(self.predictor(net, ctx_list), self._val, self.val_batch_size,
-                              num_workers=self.num_workers)
+                              num_workers=self.num_workers, group=group)
 
 
 class KeepRatioTask(DetectionTask):

@@ -12,22 +12,26 @@ import sys
 
 from ..data import resolve_dataset
 from ..engine import HookBase, TrainConfig
+from ..engine.config import KV_STORES
+from ..engine.distributed import check_launch
 
 LOG = logging.getLogger('gluondet')
 
-SCALE_OUT_FLAGS = ('syncbn', 'dali', 'amp', 'horovod')
+SCALE_OUT_FLAGS = ('syncbn', 'dali', 'amp')
 
 
 def add_training_args(parser, epochs, lr, lr_decay_epoch, batch_size, wd=0.0005,
                       log_interval=100, val_interval=1, save_interval=10, lr_warmup=0.0,
-                      warmup_unit='epochs', mixup=False, scale_out=SCALE_OUT_FLAGS):
+                      warmup_unit='epochs', mixup=False, scale_out=SCALE_OUT_FLAGS,
+                      kv_store='device'):
     """The flags every training script shares, with that script's defaults.
 
     A default of None means the dataset's (`dataset_defaults`). ``warmup_unit`` is what
     ``--lr-warmup`` counts: ``'epochs'`` (gluondet's SSD) or ``'iterations'`` (GluonCV's
     Faster R-CNN, where ``-1`` is none). ``mixup`` adds ``--mixup`` and
     ``--no-mixup-epochs`` (for a task with ``supports_mixup``). ``scale_out`` names the
-    on/off flags `check_scale_out` refuses until they are built.
+    on/off flags `check_scale_out` refuses until they are built. ``kv_store`` is the
+    default of ``--kv-store`` (GluonCV's Faster R-CNN: ``nccl``).
     """
     def add(*flags, **kwargs):
         if 'default' in kwargs and kwargs['default'] is None:
@@ -96,23 +100,35 @@ def add_training_args(parser, epochs, lr, lr_decay_epoch, batch_size, wd=0.0005,
         help='run imperatively')
     add('--no-pretrained-base', dest='pretrained_base', action='store_false',
         help='train the backbone from scratch (no ImageNet weights)')
+    add('--horovod', action='store_true',
+        help='one process of a horovodrun job: horovodrun -np 2 python %s --horovod --gpus '
+             "'' ... (pass --backbone, not --network, under horovodrun; see docs/distributed.md)"
+             % os.path.basename(sys.argv[0]))
+    add('--kv-store', default=kv_store, choices=KV_STORES,
+        help="how gradients are summed: over one process's GPUs device, local or nccl (CPU: "
+             'device); over the workers of a parameter server started by gluondet launch '
+             'dist_sync, dist_device_sync or dist_async')
+    add('--hang-timeout', type=float, default=600.,
+        help='with several processes, a process that makes no progress for this many seconds '
+             'ends the job (a stalled or dead peer); 0: wait forever')
     helps = {'syncbn': 'synchronized BatchNorm across devices', 'dali': 'NVIDIA DALI data loading',
-             'amp': 'automatic mixed precision', 'horovod': 'distributed training with Horovod'}
+             'amp': 'automatic mixed precision'}
     for flag in scale_out:
         add('--' + flag, action='store_true', help=helps[flag])
 
 
 def check_scale_out(args):
-    """Refuse the scale-out flags that are not implemented yet, rather than ignore them.
-
-    The on/off flags of `SCALE_OUT_FLAGS`, ``--norm-layer syncbn`` and a distributed
-    ``--kv-store``, whichever the script has.
-    """
+    """Refuse the scale-out flags that are not implemented yet, rather than ignore them (the
+    on/off flags of `SCALE_OUT_FLAGS` and ``--norm-layer syncbn``, whichever the script has),
+    and ``--horovod`` or a dist ``--kv-store`` this process cannot run
+    (`engine.distributed.check_launch`), before any data is read."""
+    try:
+        check_launch(args)
+    except ValueError as err:
+        raise _user_error(err) from None
     asked = ['--' + f for f in SCALE_OUT_FLAGS if getattr(args, f, False)]
     if getattr(args, 'norm_layer', None) == 'syncbn':
         asked.append('--norm-layer syncbn')
-    if str(getattr(args, 'kv_store', '')).startswith('dist'):
-        asked.append('--kv-store ' + args.kv_store)
     if asked:
         raise SystemExit('%s: not available in this version of gluondet yet; run without it'
                          % ', '.join(asked))
@@ -181,7 +197,8 @@ def train_config(args, save_prefix, **overrides):
         clip_gradient=args.clip_gradient, log_interval=args.log_interval,
         save_prefix=save_prefix, save_interval=args.save_interval,
         val_interval=args.val_interval, seed=args.seed, logdir=args.logdir,
-        hybridize=args.hybridize, **warmup)
+        hybridize=args.hybridize, horovod=args.horovod, kv_store=args.kv_store,
+        hang_timeout=args.hang_timeout, **warmup)
     if hasattr(args, 'mixup'):
         values.update(mixup=args.mixup, no_mixup_epochs=args.no_mixup_epochs)
     values.update(overrides)
@@ -257,8 +274,8 @@ class StartupLog(HookBase):
 
 
 def print_final(result):
-    """The last validation's metrics, on stdout."""
-    if result.metrics:
+    """The last validation's metrics, on stdout (by rank 0 of several processes)."""
+    if result.metrics and result.rank == 0:
         print('final: %s' % ', '.join('%s=%.4f' % kv for kv in result.metrics.items()))
 
 

@@ -1,0 +1,84 @@
+"""Starting the processes of a distributed test: ``horovodrun`` and ``gluondet launch``."""
+import json
+import os
+import subprocess
+import sys
+import time
+
+import mxnet as mx
+import numpy as np
+import pytest
+
+from gluondet.data import DemoDetection
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+DRIVER = os.path.join(HERE, 'distributed_run.py')
+HOROVODRUN = os.path.join(os.path.dirname(sys.executable), 'horovodrun')
+
+
+def need_horovod():
+    try:
+        import horovod.mxnet  # noqa: F401
+    except ImportError as err:
+        pytest.skip('horovod.mxnet is not installed (make venv builds it): %s' % err)
+
+
+def demo_root(folder):
+    """The driver's demo images, written once here (its ranks only read them)."""
+    DemoDetection('train', num_images=32, image_size=128, seed=0, root=folder)
+    DemoDetection('val', num_images=8, image_size=128, seed=0, root=folder)
+    return folder
+
+
+def horovodrun(command, cwd, np_=2, timeout=600, env=None):
+    """``horovodrun --gloo -np 2 -H localhost:2 COMMAND``: (returncode, output, seconds)."""
+    argv = [HOROVODRUN, '--gloo', '-np', str(np_), '-H', 'localhost:%d' % np_] + command
+    return _run(argv, cwd, timeout, env)
+
+
+def _run(argv, cwd, timeout, env=None):
+    tic = time.time()
+    out = subprocess.run(argv, cwd=str(cwd), capture_output=True, text=True, timeout=timeout,
+                         env=dict(os.environ, **(env or {})))
+    return out.returncode, out.stdout + out.stderr, time.time() - tic
+
+
+def driver_command(tmp_path, name, spec):
+    """``python tests/distributed_run.py SPEC`` with ``spec`` written to ``tmp_path``."""
+    path = str(tmp_path / (name + '.json'))
+    with open(path, 'w') as f:
+        json.dump(spec, f)
+    return [sys.executable, DRIVER, path]
+
+
+def run_spec(task, out, save_prefix, **config):
+    """A driver spec for ``task`` writing into ``out``."""
+    defaults = dict(num_workers=0, lr=0.01, lr_decay_epoch=[], save_interval=0,
+                    val_interval=0, log_interval=1, seed=5)
+    return {'task': task, 'out': str(out),
+            'config': dict(defaults, save_prefix=str(save_prefix), **config)}
+
+
+def load_params(path):
+    return {k: v.asnumpy() for k, v in mx.nd.load(str(path)).items()}
+
+
+def max_difference(a, b):
+    assert sorted(a) == sorted(b)
+    return max(float(np.abs(a[k] - b[k]).max()) for k in a)
+
+
+def identical(a, b):
+    return sorted(a) == sorted(b) and all(np.array_equal(a[k], b[k]) for k in a)
+
+
+def rank_report(out, rank):
+    with open(os.path.join(str(out), 'rank%d.json' % rank)) as f:
+        return json.load(f)
+
+
+def launch(command, cwd, workers=2, servers=1, timeout=600, env=None):
+    """``gluondet launch -n 2 -s 1 -- COMMAND``: (returncode, output, seconds)."""
+    argv = [sys.executable, '-m', 'gluondet', 'launch', '-n', str(workers), '-s', str(servers),
+            '--'] + command
+    return _run(argv, cwd, timeout, env)

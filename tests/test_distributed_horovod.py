@@ -1,0 +1,132 @@
+"""Horovod on CPU: ``horovodrun --gloo -np 2`` runs the engine's HorovodRuntime (issue 11)."""
+import os
+
+import mxnet as mx
+import pytest
+
+from distributed import (demo_root, driver_command, horovodrun, identical, load_params,
+                         max_difference, need_horovod, rank_report, run_spec)
+from distributed_run import make_task
+from script_runs import small_demo_command
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope='module')
+def demo(tmp_path_factory):
+    need_horovod()
+    return demo_root(str(tmp_path_factory.mktemp('demo')))
+
+
+def _horovod(tmp_path, demo, name, spec, **kwargs):
+    spec['config']['horovod'] = True
+    return horovodrun(driver_command(tmp_path, name, spec), tmp_path,
+                      env={'GLUONDET_TEST_DEMO': demo}, **kwargs)
+
+
+def test_two_ranks_end_with_identical_parameters_and_validate_as_one_process(tmp_path, demo):
+    """Repeated: MKLDNN's first step under Horovod failed now and then (NOTES-deps.md)."""
+    for attempt in range(5):
+        out = tmp_path / ('run%d' % attempt)
+        last = attempt == 4
+        spec = run_spec('ssd', out, out / 'ssd', batch_size=8, epochs=1,
+                        max_iters=0 if last else 2, val_interval=1 if last else 0)
+        code, log, _ = _horovod(tmp_path, demo, 'ssd%d' % attempt, spec)
+        assert code == 0, log[-3000:]
+        ranks = [load_params(out / ('rank%d.params' % r)) for r in range(2)]
+        assert identical(*ranks), 'attempt %d' % attempt
+    reports = [rank_report(out, r) for r in range(2)]
+    assert reports[0]['world_size'] == 2 and reports[0]['iteration'] == 4   # 32 images, 8 a step
+    assert reports[0]['metrics'] == reports[1]['metrics']
+    # only rank 0 writes files
+    assert sorted(os.listdir(str(out))) == sorted(
+        ['rank0.json', 'rank0.params', 'rank1.json', 'rank1.params'] + [
+            'ssd' + s for s in ('_best.json', '_best.params', '_best_map.log', '_last.json',
+                                '_metrics.jsonl', '_train.log')] + [
+            f for f in os.listdir(str(out)) if f.startswith('ssd_last-')])
+    # the sharded, gathered validation is one process's on the same weights
+    os.environ['GLUONDET_TEST_DEMO'] = demo
+    try:
+        task = make_task('ssd')
+    finally:
+        del os.environ['GLUONDET_TEST_DEMO']
+    net = task.build_net([mx.cpu()])
+    net.load_parameters(str(out / 'rank0.params'), ctx=[mx.cpu()])
+    assert task.validate(net, [mx.cpu()]) == reports[0]['metrics']
+
+
+def test_two_ranks_of_half_a_batch_train_as_one_process_of_the_whole(tmp_path, demo):
+    """Faster R-CNN with frozen BatchNorm; its samplers keep every candidate."""
+    runs = {}
+    for name, np_ in (('one', 1), ('two', 2)):
+        out = tmp_path / name
+        spec = run_spec('frcnn', out, out / 'frcnn', batch_size=2, epochs=1, max_iters=4)
+        code, log, _ = _horovod(tmp_path, demo, name, spec, np_=np_)
+        assert code == 0, log[-3000:]
+        runs[name] = [load_params(out / ('rank%d.params' % r)) for r in range(np_)]
+    assert identical(*runs['two'])
+    assert max_difference(runs['one'][0], runs['two'][0]) < 1e-5
+
+
+@pytest.mark.parametrize('kind', ['raise', 'kill'])
+def test_a_failing_rank_ends_the_job(tmp_path, demo, kind):
+    spec = run_spec('toy', tmp_path / 'out', tmp_path / 'toy', batch_size=8, epochs=3,
+                    hang_timeout=0)
+    spec['fault'] = {'rank': 1, 'iteration': 2, 'kind': kind}
+    code, log, seconds = _horovod(tmp_path, demo, kind, spec, timeout=120)
+    assert code != 0 and 'fault: rank 1 %s at iteration 2' % kind in log
+    assert seconds < 60, log[-2000:]
+
+
+def test_a_stalled_rank_ends_the_job_within_the_hang_timeout(tmp_path, demo):
+    spec = run_spec('toy', tmp_path / 'out', tmp_path / 'toy', batch_size=8, epochs=3,
+                    hang_timeout=5)
+    spec['fault'] = {'rank': 1, 'iteration': 2, 'kind': 'stall'}
+    code, log, seconds = _horovod(tmp_path, demo, 'stall', spec, timeout=120)
+    assert code != 0, log[-2000:]
+    assert 'rank 0 of 2 (horovod) made no progress for 5 s' in log or \
+        'rank 1 of 2 (horovod) made no progress for 5 s' in log, log[-2000:]
+    assert 'the gradients\' exchange' in log or 'between steps' in log
+    assert seconds < 5 + 30, log[-2000:]
+
+
+def test_resume_on_another_number_of_processes_says_what_changes(tmp_path, demo):
+    spec = run_spec('toy', tmp_path / 'a', tmp_path / 'toy', batch_size=8, epochs=1)
+    code, log, _ = _horovod(tmp_path, demo, 'first', spec)
+    assert code == 0, log[-3000:]
+    spec = run_spec('toy', tmp_path / 'b', tmp_path / 'toy', batch_size=8, epochs=2,
+                    resume='auto')
+    code, log, _ = _horovod(tmp_path, demo, 'second', spec, np_=1)
+    assert code == 0, log[-3000:]
+    assert 'written by 2 process(es), on 1' in log
+    assert rank_report(tmp_path / 'b', 0)['iteration'] == 2 * rank_report(tmp_path / 'a', 0)[
+        'iteration']
+
+
+SCRIPTS = {
+    'train_ssd.py': ('ssd_300_mobilenet0.25_custom',
+                     ['--backbone', 'mobilenet0.25', '--data-shape', '128', '--batch-size', '4']),
+    'train_faster_rcnn.py': ('faster_rcnn_fpn_resnet18_v1b_custom',
+                             ['--backbone', 'resnet18_v1b', '--use-fpn', '--image-short', '128',
+                              '--image-max-size', '160', '--batch-size', '2']),
+    'train_retinanet.py': ('retinanet_resnet18_v1b_custom',
+                           ['--backbone', 'resnet18_v1b', '--resize', '128', '--max-size', '160',
+                            '--batch-size', '2']),
+}
+
+
+@pytest.mark.parametrize('script', sorted(SCRIPTS))
+def test_scripts_run_under_horovodrun_as_users_type_them(script, tmp_path):
+    """``horovodrun -np 2 python scripts/X.py --horovod --backbone ...`` on demo data."""
+    need_horovod()
+    name, argv = SCRIPTS[script]
+    command = small_demo_command(os.path.join(ROOT, 'scripts', script), train=8, val=4) + argv + [
+        '--horovod', '--dataset', 'demo', '--gpus', '', '--epochs', '1', '--no-pretrained-base',
+        '--num-workers', '0']
+    code, log, _ = horovodrun(command, tmp_path, env={'GLUONDET_HOME': str(tmp_path / 'home')})
+    assert code == 0, log[-3000:]
+    assert log.count('<stdout>:final: ') == 1 and '[0]<stdout>:final: ' in log, log[-2000:]
+    assert 'horovod=True' in (tmp_path / (name + '_train.log')).read_text()
+    assert not list(tmp_path.glob('*rank*'))
