@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --disable-pip-version-check
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
-# test processes: one per core (MXNet trains on one core's worth of threads by default)
+# test processes: one per core (tests/conftest.py gives each one OpenMP thread)
 PYTEST_WORKERS ?= auto
 
 .PHONY: venv demo test test-fast bench bench-torch-venv clean-venv

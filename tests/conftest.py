@@ -3,10 +3,11 @@ import os
 
 import pytest
 
-# Each xdist worker is a training process of this machine: gluondet gives each its share of
-# the cores (gluondet.threads), and the processes the tests start inherit that count. Set
-# before anything imports gluondet or mxnet.
-os.environ.setdefault('GLUONDET_LOCAL_SIZE', os.environ.get('PYTEST_XDIST_WORKER_COUNT', '1'))
+# Tests pin MXNet to one OpenMP thread per test process (MKLDNN rounds differently with
+# another count, and a learning test's result would then depend on the machine); `make test`
+# runs one process per core. The processes the tests start inherit it. Set before anything
+# imports gluondet or mxnet.
+os.environ.setdefault('OMP_NUM_THREADS', '1')
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHARED_DATASETS = os.environ.get('GLUONDET_SHARED_DATASETS',

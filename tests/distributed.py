@@ -82,3 +82,26 @@ def launch(command, cwd, workers=2, servers=1, timeout=600, env=None):
     argv = [sys.executable, '-m', 'gluondet', 'launch', '-n', str(workers), '-s', str(servers),
             '--'] + command
     return _run(argv, cwd, timeout, env)
+
+
+def check_two_process_ssd_run(out, demo):
+    """The checks of a 2-process SSD run of the driver (``val_interval`` 1, 32 images,
+    global batch 8): both ranks end bit-identical with the same metrics, only rank 0 wrote
+    files, and the gathered validation is one process's on the same weights."""
+    from distributed_run import make_task
+    assert identical(*[load_params(os.path.join(str(out), 'rank%d.params' % r))
+                       for r in range(2)])
+    reports = [rank_report(out, r) for r in range(2)]
+    assert [r['world_size'] for r in reports] == [2, 2] and reports[0]['iteration'] == 4
+    assert reports[0]['metrics'] == reports[1]['metrics']
+    assert sorted(f for f in os.listdir(str(out)) if not f.startswith(('rank', 'ssd_last-'))) == [
+        'ssd' + s for s in ('_best.json', '_best.params', '_best_map.log', '_last.json',
+                            '_metrics.jsonl', '_train.log')]
+    os.environ['GLUONDET_TEST_DEMO'] = demo
+    try:
+        task = make_task('ssd')
+    finally:
+        del os.environ['GLUONDET_TEST_DEMO']
+    net = task.build_net([mx.cpu()])
+    net.load_parameters(os.path.join(str(out), 'rank0.params'), ctx=[mx.cpu()])
+    assert task.validate(net, [mx.cpu()]) == reports[0]['metrics']

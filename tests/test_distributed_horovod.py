@@ -1,12 +1,12 @@
 """Horovod on CPU: ``horovodrun --gloo -np 2`` runs the engine's HorovodRuntime (issue 11)."""
+import json
 import os
 
-import mxnet as mx
 import pytest
 
-from distributed import (demo_root, driver_command, horovodrun, identical, load_params,
-                         max_difference, need_horovod, rank_report, run_spec)
-from distributed_run import make_task
+from distributed import (check_two_process_ssd_run, demo_root, driver_command, horovodrun,
+                         identical, load_params, max_difference, need_horovod, rank_report,
+                         run_spec)
 from script_runs import small_demo_command
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -37,24 +37,7 @@ def test_two_ranks_end_with_identical_parameters_and_validate_as_one_process(tmp
         assert code == 0, log[-3000:]
         ranks = [load_params(out / ('rank%d.params' % r)) for r in range(2)]
         assert identical(*ranks), 'attempt %d' % attempt
-    reports = [rank_report(out, r) for r in range(2)]
-    assert reports[0]['world_size'] == 2 and reports[0]['iteration'] == 4   # 32 images, 8 a step
-    assert reports[0]['metrics'] == reports[1]['metrics']
-    # only rank 0 writes files
-    assert sorted(os.listdir(str(out))) == sorted(
-        ['rank0.json', 'rank0.params', 'rank1.json', 'rank1.params'] + [
-            'ssd' + s for s in ('_best.json', '_best.params', '_best_map.log', '_last.json',
-                                '_metrics.jsonl', '_train.log')] + [
-            f for f in os.listdir(str(out)) if f.startswith('ssd_last-')])
-    # the sharded, gathered validation is one process's on the same weights
-    os.environ['GLUONDET_TEST_DEMO'] = demo
-    try:
-        task = make_task('ssd')
-    finally:
-        del os.environ['GLUONDET_TEST_DEMO']
-    net = task.build_net([mx.cpu()])
-    net.load_parameters(str(out / 'rank0.params'), ctx=[mx.cpu()])
-    assert task.validate(net, [mx.cpu()]) == reports[0]['metrics']
+    check_two_process_ssd_run(out, demo)
 
 
 def test_two_ranks_of_half_a_batch_train_as_one_process_of_the_whole(tmp_path, demo):
@@ -68,6 +51,13 @@ def test_two_ranks_of_half_a_batch_train_as_one_process_of_the_whole(tmp_path, d
         runs[name] = [load_params(out / ('rank%d.params' % r)) for r in range(np_)]
     assert identical(*runs['two'])
     assert max_difference(runs['one'][0], runs['two'][0]) < 1e-5
+    # the logged losses are the mean over the ranks: the whole batch's
+    logged = {name: [r['losses'] for r in map(json.loads, open(str(
+        tmp_path / name / 'frcnn_metrics.jsonl'))) if r['type'] == 'train'] for name in runs}
+    assert len(logged['one']) == len(logged['two']) == 4
+    for one, two in zip(logged['one'], logged['two']):
+        assert one.keys() == two.keys()
+        assert all(abs(one[k] - two[k]) < 1e-5 * max(1, abs(one[k])) for k in one), (one, two)
 
 
 @pytest.mark.parametrize('kind', ['raise', 'kill'])

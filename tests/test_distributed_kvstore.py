@@ -1,14 +1,11 @@
 """MXNet's parameter server on loopback, started by ``gluondet launch`` (issue 11)."""
-import os
 import subprocess
 import sys
 
-import mxnet as mx
 import pytest
 
-from distributed import (demo_root, driver_command, identical, launch, load_params,
+from distributed import (check_two_process_ssd_run, demo_root, driver_command, launch,
                          rank_report, run_spec)
-from distributed_run import make_task
 from gluondet import launch as launcher
 
 
@@ -31,22 +28,7 @@ def test_two_workers_end_identical_and_only_one_writes(tmp_path, demo, kind):
                     kv_store=kind)
     code, log, _ = _launch(tmp_path, demo, 'ssd', spec)
     assert code == 0, log[-3000:]
-    ranks = [load_params(out / ('rank%d.params' % r)) for r in range(2)]
-    assert identical(*ranks)
-    reports = [rank_report(out, r) for r in range(2)]
-    assert [r['world_size'] for r in reports] == [2, 2] and reports[0]['iteration'] == 4
-    assert reports[0]['metrics'] == reports[1]['metrics']
-    assert sorted(f for f in os.listdir(str(out)) if not f.startswith(('rank', 'ssd_last-'))) == [
-        'ssd' + s for s in ('_best.json', '_best.params', '_best_map.log', '_last.json',
-                            '_metrics.jsonl', '_train.log')]
-    os.environ['GLUONDET_TEST_DEMO'] = demo
-    try:
-        task = make_task('ssd')
-    finally:
-        del os.environ['GLUONDET_TEST_DEMO']
-    net = task.build_net([mx.cpu()])
-    net.load_parameters(str(out / 'rank0.params'), ctx=[mx.cpu()])
-    assert task.validate(net, [mx.cpu()]) == reports[0]['metrics']
+    check_two_process_ssd_run(out, demo)
 
 
 @pytest.mark.slow

@@ -31,12 +31,16 @@ A task is any object with:
     element). Each value holds the per-context terms of one named loss;
     the sum over names, contexts and elements is the loss whose gradient
     ``trainer.step(1)`` applies, so the task normalizes (SSD: by the number
-    of positives over all contexts). Called inside ``autograd.record()``.
+    of positives over all contexts, through `process_share`, which with several
+    processes makes it the whole batch's count per process). Called inside ``autograd.record()``.
     Names follow one scheme: ``loss_cls``, ``loss_box``, ``loss_rpn_obj``,
     ``loss_rpn_box``, ... The engine logs each name's sum per step.
-``validate(net, ctx_list) -> {name: float}``
+``validate(net, ctx_list, group=None) -> {name: float}``
     The task's evaluation (it owns its val loader and metric), called
-    outside ``autograd.record()``. ``config.val_metric`` (default
+    outside ``autograd.record()``. With several synchronous processes every process calls
+    it with ``group`` (the `Runtime`: ``rank``, ``world_size``, ``allgather``, ``beat``),
+    and each must return the metrics of the whole val set (see
+    ``gluondet.metrics.evaluation.evaluate``); otherwise ``group`` is not passed. ``config.val_metric`` (default
     ``'mAP'``) names the key that selects the best model (higher is better).
     It may re-hybridize the net for inference; the engine hybridizes it
     again for training afterwards.

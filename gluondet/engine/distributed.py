@@ -7,7 +7,6 @@ samples a step), only rank 0 writes files, and the step applies the mean of the
 processes' gradients (dist_async: each worker's own, applied by the servers as it comes).
 """
 import dataclasses
-import logging
 import os
 import pickle
 from typing import Any
@@ -17,8 +16,6 @@ import numpy as np
 from mxnet import gluon, nd
 
 from .context import Runtime, local_runtime, optimizer_params
-
-LOG = logging.getLogger(__name__)
 
 
 def check_launch(config):
