@@ -1,6 +1,7 @@
 """Horovod on CPU: ``horovodrun --gloo -np 2`` runs the engine's HorovodRuntime (issue 11)."""
 import json
 import os
+import sys
 
 import pytest
 
@@ -120,3 +121,26 @@ def test_scripts_run_under_horovodrun_as_users_type_them(script, tmp_path):
     assert log.count('<stdout>:final: ') == 1 and '[0]<stdout>:final: ' in log, log[-2000:]
     assert 'horovod=True' in (tmp_path / (name + '_train.log')).read_text()
     assert not list(tmp_path.glob('*rank*'))
+
+
+def test_sync_batch_norm_over_two_ranks_is_batch_norm_over_the_whole_batch(tmp_path):
+    """Uneven shares (3 and 1 samples): outputs, gradients and running statistics."""
+    need_horovod()
+    import numpy as np
+    from mxnet import gluon
+    from sync_bn_run import SPLIT, inputs, run
+    code, log, _ = horovodrun([sys.executable, os.path.join(ROOT, 'tests', 'sync_bn_run.py'),
+                               str(tmp_path)], tmp_path)
+    assert code == 0, log[-3000:]
+    ranks = [dict(np.load(str(tmp_path / ('rank%d.npz' % r)))) for r in range(2)]
+    x, dy = inputs()
+    whole = run(gluon.nn.BatchNorm, x, dy)
+    for key in ('y', 'dx', 'infer'):
+        got = np.concatenate([ranks[r][key] for r in range(2)])
+        assert np.abs(got - whole[key]).max() < 1e-5, key
+    for key in ('dgamma', 'dbeta'):      # each rank's share: together the whole batch's
+        assert np.abs(ranks[0][key] + ranks[1][key] - whole[key]).max() < 1e-4, key
+    for key in ('mean', 'var'):
+        assert np.array_equal(ranks[0][key], ranks[1][key]), key
+        assert np.abs(ranks[0][key] - whole[key]).max() < 1e-5, key
+    assert SPLIT[1] != SPLIT[2] - SPLIT[1]     # uneven

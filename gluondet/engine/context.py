@@ -1,7 +1,6 @@
 """Where training runs: the device contexts, this process's rank, the trainer factory, and
 the collectives the engine and the tasks call (identities in one process)."""
 import contextlib
-import contextvars
 import dataclasses
 import inspect
 from typing import Tuple
@@ -9,7 +8,7 @@ from typing import Tuple
 import mxnet as mx
 from mxnet import autograd, gluon, nd
 
-_ACTIVE = contextvars.ContextVar('gluondet_runtime', default=None)
+_ACTIVE = []    # the runtime training runs on; visible to every thread (custom operators')
 
 
 def make_contexts(gpus='', cpus=1):
@@ -89,8 +88,11 @@ class Runtime:
         """``'rank 1 of 2 (horovod)'``, for messages."""
         return 'rank %d of %d (%s)' % (self.rank, self.world_size, self.kind)
 
-    def allreduce(self, arrays):
-        """Sum each NDArray of ``arrays`` over the processes, in place; returns ``arrays``."""
+    def allreduce(self, arrays, name=None):
+        """Sum each NDArray of ``arrays`` over the processes, in place; returns ``arrays``.
+
+        ``name`` identifies a call made from several threads at once (a layer's): without
+        it, calls are matched across the processes by their order."""
         return arrays
 
     def allgather(self, obj):
@@ -107,12 +109,13 @@ class Runtime:
 
     @contextlib.contextmanager
     def activated(self):
-        """Within the block, `process_share` and `mean_over_processes` use this runtime."""
-        token = _ACTIVE.set(self)
+        """Within the block, `active_runtime` is this one (`process_share`,
+        `mean_over_processes` and `gluondet.nn.SyncBatchNorm` use it)."""
+        _ACTIVE.append(self)
         try:
             yield self
         finally:
-            _ACTIVE.reset(token)
+            _ACTIVE.remove(self)
 
     def make_trainer(self, params, config, schedule=None):
         """A `gluon.Trainer` for ``params`` from the optimizer fields of ``config``.
@@ -133,6 +136,11 @@ def local_runtime(config):
                    kv_store='device' if config.kv_store.startswith('dist') else config.kv_store)
 
 
+def active_runtime():
+    """The runtime of the training in progress (`Runtime.activated`), or None."""
+    return _ACTIVE[-1] if _ACTIVE else None
+
+
 def process_share(total):
     """A count summed over the whole batch, per process: ``total`` summed over the processes of
     the active runtime and divided by their number (``total`` itself in one process).
@@ -141,7 +149,7 @@ def process_share(total):
     (what a synchronous step applies) is the gradient of the whole batch's loss. Not
     differentiated: counts are constants.
     """
-    runtime = _ACTIVE.get()
+    runtime = active_runtime()
     if runtime is None or runtime.world_size == 1 or not runtime.synchronous:
         return total
     with autograd.pause():
@@ -151,7 +159,7 @@ def process_share(total):
 
 def mean_over_processes(values):
     """``{name: float}`` averaged over the processes of the active runtime (same keys on all)."""
-    runtime = _ACTIVE.get()
+    runtime = active_runtime()
     if runtime is None or runtime.world_size == 1 or not runtime.synchronous or not values:
         return dict(values)
     names = sorted(values)

@@ -81,10 +81,10 @@ class HorovodRuntime(Runtime):
         return self.hvd.DistributedTrainer({'%04d' % i: p for i, p in enumerate(params)},
                                            config.optimizer, optimizer_params(config))
 
-    def allreduce(self, arrays):
+    def allreduce(self, arrays, name=None):
         if self.world_size > 1 and arrays:
             self.hvd.grouped_allreduce_(list(arrays), average=False,
-                                        name='gluondet.%d' % _next_id())
+                                        name='gluondet.%s' % (name or _next_id()))
         return arrays
 
     def allgather(self, obj):
@@ -130,11 +130,11 @@ class KVStoreRuntime(Runtime):
         return gluon.Trainer(params, config.optimizer, options, kvstore=self.store,
                              update_on_kvstore=True)
 
-    def allreduce(self, arrays):
+    def allreduce(self, arrays, name=None):
         if self.world_size == 1 or not self.synchronous:
             return arrays
         for i, array in enumerate(arrays):
-            self.store.pushpull(_kv_key(self.store, i, array), array, out=array)
+            self.store.pushpull(_kv_key(self.store, (name, i), array), array, out=array)
         for array in arrays:   # a key's next sum must not start before this one ends
             array.wait_to_read()
         return arrays
