@@ -160,7 +160,8 @@ def model_kwargs(args):
              'anchor_base': args.anchor_base, 'fpn_channels': args.fpn_channels,
              'head_channels': args.head_channels, 'head_layers': args.head_layers,
              'head_norm': None if args.head_norm == 'none' else args.head_norm,
-             'head_init': None if args.head_init == 'normal' else args.head_init}
+             'head_init': None if args.head_init == 'normal' else args.head_init,
+             'norm_layer': 'syncbn' if args.syncbn else None}
     return {key: value for key, value in given.items() if value}
 
 

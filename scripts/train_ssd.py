@@ -57,7 +57,8 @@ def main(argv=None):
     name = network_name(args)
     train_dataset, val_dataset = cli.build_datasets(args)
     task = SSDTask(name, train_dataset, val_dataset, args.data_shape,
-                   pretrained_base=args.pretrained_base, num_workers=args.num_workers)
+                   pretrained_base=args.pretrained_base, num_workers=args.num_workers,
+                   model_kwargs={'norm_layer': 'syncbn'} if args.syncbn else None)
     config = cli.train_config(args, args.save_prefix + name)
     result = fit(task, config)
     cli.print_final(result)

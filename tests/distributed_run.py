@@ -1,7 +1,7 @@
 """One process of a distributed test run: ``python tests/distributed_run.py SPEC.json``,
 started by ``horovodrun`` or ``gluondet launch`` (or alone, as the one-process reference).
 
-SPEC: ``task`` (``ssd``, ``frcnn`` or ``toy``), ``config`` (TrainConfig fields),
+SPEC: ``task`` (``ssd``, ``ssd_syncbn``, ``frcnn`` or ``toy``), ``config`` (TrainConfig fields),
 ``out`` (folder: each rank writes ``rank{r}.params`` with every parameter after training and
 ``rank{r}.json`` with its rank, world size and final metrics), optionally ``fault``
 (``{"rank": r, "iteration": i, "kind": "stall" | "raise" | "kill"}``: at that step that rank
@@ -29,12 +29,24 @@ def demo(train=32, val=8):
             DemoDetection('val', num_images=val, image_size=128, seed=0, root=root))
 
 
+SSD_SIZES = {'ssd': 128, 'ssd_syncbn': 256, 'ssd_bn': 256}
+
+
 def make_task(name):
-    if name == 'ssd':
+    if name in SSD_SIZES:
         train, val = demo()
-        return SSDTask('ssd_300_mobilenet0.25_custom', train, val, 128, pretrained_base=False)
+        return SSDTask('ssd_300_mobilenet0.25_custom', train, val, SSD_SIZES[name],
+                       pretrained_base=False,
+                       model_kwargs={'norm_layer': 'syncbn'} if name == 'ssd_syncbn' else None)
     if name == 'frcnn':
         return DeterministicFasterRCNN()
+    if name == 'retinanet_syncbn':
+        from gluondet.tasks import RetinaNetTask
+        train, val = demo(16, 4)
+        return RetinaNetTask('retinanet_resnet18_v1b_custom', train, val, short=128,
+                             max_size=128, pretrained_base=False, model_kwargs=dict(
+                                 norm_layer='syncbn', fpn_channels=32, head_channels=32,
+                                 head_layers=1))
     if name == 'toy':
         from test_engine_toy import make_task as toy
         return toy()

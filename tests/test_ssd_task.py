@@ -173,7 +173,7 @@ def test_script_names_networks_as_gluoncv():
         train_ssd.network_name(args)
 
 
-@pytest.mark.parametrize('flag', ['--amp', '--dali', '--syncbn'])
+@pytest.mark.parametrize('flag', ['--amp', '--dali'])
 def test_script_refuses_scale_out_flags_not_built_yet(flag):
     train_ssd, _ = _script([])
     with pytest.raises(SystemExit, match=flag + ': not available'):

@@ -21,3 +21,31 @@ def test_its_parameters_are_batch_norms():
     assert names(SyncBatchNorm(in_channels=3)) == names(gluon.nn.BatchNorm(in_channels=3))
     with pytest.raises(ValueError, match='axis 1'):
         SyncBatchNorm(axis=3)
+
+
+def test_the_norm_layer_for_the_devices_of_training():
+    import mxnet as mx
+    from gluondet.nn import sync_norm_layer
+    assert sync_norm_layer([mx.cpu()]) == (SyncBatchNorm, {})
+    assert sync_norm_layer([mx.gpu(0), mx.gpu(1)]) == (gluon.contrib.nn.SyncBatchNorm,
+                                                       {'num_devices': 2})
+    with pytest.raises(ValueError, match="2 CPU contexts: MXNet's SyncBatchNorm hangs"):
+        sync_norm_layer([mx.cpu(0), mx.cpu(1)])
+
+
+def test_synchronized_batch_norm_refuses_the_parameter_server():
+    import mxnet as mx
+    from gluondet.engine import KVStoreRuntime
+    from gluondet.nn import sync_norm_layer
+    runtime = KVStoreRuntime((mx.cpu(),), rank=0, world_size=2, kv_store='dist_sync')
+    with runtime.activated(), pytest.raises(ValueError, match='runs on Horovod'):
+        sync_norm_layer([mx.cpu()])
+
+
+def test_the_scripts_refuse_syncbn_on_the_parameter_server_in_one_line(monkeypatch):
+    import argparse
+    from gluondet.tasks import cli
+    monkeypatch.setenv('DMLC_ROLE', 'worker')
+    args = argparse.Namespace(syncbn=True, kv_store='dist_sync', horovod=False, gpus='')
+    with pytest.raises(SystemExit, match='--syncbn synchronizes BatchNorm across Horovod'):
+        cli.check_scale_out(args)

@@ -74,6 +74,7 @@ def test_dataset_defaults_are_odtks_and_say_so():
 @pytest.mark.parametrize('argv, message', [
     (('--amp',), '--amp: not available'),
     (('--kv-store', 'dist_async'), 'kv_store dist_async: this process was not started by'),
+    (('--syncbn', '--kv-store', 'dist_sync'), 'not started by a parameter-server launcher'),
     (('--network', 'vgg16'), 'no RetinaNet on --network vgg16 in gluondet'),
 ])
 def test_refusals_are_one_line_without_a_traceback(argv, message, tmp_path):

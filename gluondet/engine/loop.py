@@ -205,6 +205,17 @@ def fit(task, config, runtime=None, hooks=()):
     if config.mixup and not getattr(task, 'supports_mixup', False):
         raise ValueError('config.mixup: task %s does not support mixup (no supports_mixup = True)'
                          % type(task).__name__)
+    with runtime.activated():    # from the net's construction on (synchronized BatchNorm)
+        loop, checkpointer = _build_and_train(task, config, runtime, hooks)
+    best = next((h.best for h in loop.hooks if isinstance(h, ValidationHook)), None)
+    return FitResult(loop.net, loop.state.epoch, loop.state.iteration, best,
+                     loop.state.metrics, checkpointer.last_path, runtime.rank,
+                     runtime.world_size)
+
+
+def _build_and_train(task, config, runtime, hooks):
+    """Build the net, data, trainer and hooks of `fit`, resume if asked, train; returns
+    ``(loop, checkpointer)``."""
     seed_all(config.seed)
     net = task.build_net(list(runtime.ctx))
     runtime.broadcast_parameters(net)
@@ -228,9 +239,7 @@ def fit(task, config, runtime=None, hooks=()):
                      TrainState(data.iters_per_epoch, epoch=config.start_epoch,
                                 iteration=config.start_epoch * data.iters_per_epoch),
                      max_iters=config.max_iters)
-    with reporter, runtime.activated():
+    with reporter:
         checkpointer.resume(loop, config.resume)
         loop.train()
-    best = next((h.best for h in loop.hooks if isinstance(h, ValidationHook)), None)
-    return FitResult(net, loop.state.epoch, loop.state.iteration, best, loop.state.metrics,
-                     checkpointer.last_path, runtime.rank, runtime.world_size)
+    return loop, checkpointer

@@ -10,12 +10,12 @@ from .nms import LevelTopKNMS, MultiClassNMS, PerClassNMS, top_candidates
 from .rcnn_target import RCNNTargetGenerator, RCNNTargetSampler, RPNTargetGenerator
 from .roi import ROIExtractor, fpn_levels, roi_rows
 from .rpn import RPNAnchorGenerator, RPNHead, RPNProposal, rpn_base_anchors
-from .sync_bn import SyncBatchNorm
+from .sync_bn import SyncBatchNorm, sync_norm_layer
 from .target import AnchorTargetGenerator, SSDTargetGenerator
 
 __all__ = ['GridAnchorGenerator', 'SSDAnchorGenerator', 'grid_anchors', 'retina_anchor_shapes',
            'ssd_anchor_shapes', 'ssd_anchors', 'AnchorTargetGenerator', 'LevelTopKNMS',
-           'top_candidates', 'SyncBatchNorm',
+           'top_candidates', 'SyncBatchNorm', 'sync_norm_layer',
            'BoxCenterEncoder', 'BoxCenterDecoder', 'corner_to_center', 'center_to_corner',
            'BipartiteMatcher', 'MaximumMatcher', 'CompositeMatcher',
            'MultiClassNMS', 'PerClassNMS', 'SSDTargetGenerator',

@@ -14,7 +14,7 @@ from mxnet import gluon, nd
 
 from ..engine.context import active_runtime
 
-__all__ = ['SyncBatchNorm']
+__all__ = ['SyncBatchNorm', 'sync_norm_layer']
 
 
 class _SyncBatchNorm(mx.operator.CustomOp):
@@ -103,6 +103,39 @@ class SyncBatchNorm(gluon.nn.BatchNorm):
     def hybrid_forward(self, F, x, gamma, beta, running_mean, running_var):
         if self._kwargs.get('use_global_stats'):
             return super().hybrid_forward(F, x, gamma, beta, running_mean, running_var)
-        return F.Custom(x, gamma, beta, running_mean, running_var,
-                        op_type='gluondet_sync_batch_norm', key=self.prefix.rstrip('_'),
-                        momentum=self._kwargs['momentum'], eps=self._kwargs['eps'])
+        # N x C x (the rest): the reshape also hands the operator a plain array (MXNet 1.9
+        # passes a convolution's MKLDNN-blocked output to a custom operator unconverted)
+        out = F.Custom(F.reshape(x, shape=(0, 0, -1)), gamma, beta, running_mean, running_var,
+                       op_type='gluondet_sync_batch_norm', key=self.prefix.rstrip('_'),
+                       momentum=self._kwargs['momentum'], eps=self._kwargs['eps'])
+        return F.reshape_like(out, x)
+
+
+def sync_norm_layer(ctx_list):
+    """``(norm_layer, norm_kwargs)`` whose statistics span the training's batch on
+    ``ctx_list``: `SyncBatchNorm` across processes (one device each) or in one process on one
+    device, MXNet's ``gluon.contrib.nn.SyncBatchNorm`` across the GPUs of one process.
+
+    Raises
+    ------
+    ValueError
+        Several CPU contexts in one process (MXNet's SyncBatchNorm hangs on them), several
+        devices in each of several processes, or parameter-server processes (their sums are
+        made for one thread: a layer's operator runs on MXNet's custom-operator threads).
+    """
+    runtime = active_runtime()
+    several = runtime is not None and runtime.world_size > 1
+    if several and runtime.kind != 'horovod':
+        raise ValueError('synchronized BatchNorm across processes runs on Horovod '
+                         '(horovodrun ... --horovod), not on the parameter server (%s)'
+                         % runtime.kv_store)
+    if len(ctx_list) > 1 and several:
+        raise ValueError('synchronized BatchNorm with several processes needs one device per '
+                         'process, got %d' % len(ctx_list))
+    if len(ctx_list) > 1 and all(c.device_type == 'gpu' for c in ctx_list):
+        return gluon.contrib.nn.SyncBatchNorm, {'num_devices': len(ctx_list)}
+    if len(ctx_list) > 1:
+        raise ValueError("synchronized BatchNorm over %d CPU contexts: MXNet's SyncBatchNorm "
+                         'hangs on CPU contexts; use one context, or several processes '
+                         '(horovodrun, gluondet launch)' % len(ctx_list))
+    return SyncBatchNorm, {}

@@ -16,6 +16,7 @@ from ..deploy.runners import MXNetRunner
 from ..engine import GroupedBatchSampler
 from ..metrics.evaluation import evaluate_voc07
 from ..model_zoo import get_model
+from ..nn.sync_bn import sync_norm_layer
 
 __all__ = ['DetectionTask', 'KeepRatioTask', 'dense_targets']
 
@@ -35,7 +36,8 @@ class DetectionTask:
     pretrained_base : bool
         Start the backbone from its ImageNet weights (from the weight store).
     model_kwargs : dict
-        More arguments for ``get_model`` (``norm_layer``, ``root``, ...).
+        More arguments for ``get_model`` (``norm_layer``, ``root``, ...); ``norm_layer``
+        ``'syncbn'``: BatchNorm synchronized over the devices and processes of training.
     val_batch_size, num_workers : int
         For the validation loader.
     fine_tune : str, optional
@@ -68,19 +70,23 @@ class DetectionTask:
             meta['model_kwargs'] = arch
         return dict(meta, **extra)
 
-    def _model_kwargs(self, **kwargs):
+    def _model_kwargs(self, ctx_list=(mx.cpu(),), **kwargs):
         """``get_model``'s arguments: ``model_kwargs``, ``kwargs``, the data's classes for a
-        ``*_custom`` name."""
+        ``*_custom`` name; ``norm_layer='syncbn'`` becomes the synchronized BatchNorm for
+        training on ``ctx_list`` (`gluondet.nn.sync_norm_layer`)."""
         kwargs = dict(self.model_kwargs, **kwargs)
         if self.network.endswith('_custom'):
             kwargs['classes'] = self.classes
+        if kwargs.get('norm_layer') == 'syncbn':
+            kwargs['norm_layer'], sync_kwargs = sync_norm_layer(list(ctx_list))
+            kwargs['norm_kwargs'] = dict(kwargs.get('norm_kwargs') or {}, **sync_kwargs)
         return kwargs
 
-    def _get_model(self, **kwargs):
+    def _get_model(self, ctx_list=(mx.cpu(),), **kwargs):
         """``get_model(network)`` (from ``fine_tune`` if given, else with the task's
-        ``pretrained_base``); ValueError when a fixed-class network does not predict the
-        data's classes."""
-        kwargs = self._model_kwargs(**kwargs)
+        ``pretrained_base``) for training on ``ctx_list``; ValueError when a fixed-class
+        network does not predict the data's classes."""
+        kwargs = self._model_kwargs(ctx_list, **kwargs)
         if self.fine_tune is not None:
             return self._fine_tuned(kwargs)
         net = get_model(self.network, pretrained_base=self.pretrained_base, **kwargs)
@@ -166,7 +172,7 @@ class KeepRatioTask(DetectionTask):
         if not self.pretrained_base and 'norm_layer' not in self.model_kwargs:
             kwargs['norm_kwargs'] = self.model_kwargs.get('norm_kwargs',
                                                           {'use_global_stats': False})
-        net = self._get_model(**kwargs)
+        net = self._get_model(ctx_list, **kwargs)
         self.short = self.short or net.short
         self.max_size = self.max_size or net.max_size
         self.multiple = net.size_multiple

@@ -18,6 +18,7 @@ from ..engine.distributed import check_launch
 LOG = logging.getLogger('gluondet')
 
 SCALE_OUT_FLAGS = ('syncbn', 'dali', 'amp')
+NOT_BUILT = ('dali', 'amp')
 
 
 def add_training_args(parser, epochs, lr, lr_decay_epoch, batch_size, wd=0.0005,
@@ -111,7 +112,9 @@ def add_training_args(parser, epochs, lr, lr_decay_epoch, batch_size, wd=0.0005,
     add('--hang-timeout', type=float, default=600.,
         help='with several processes, a process that makes no progress for this many seconds '
              'ends the job (a stalled or dead peer); 0: wait forever')
-    helps = {'syncbn': 'synchronized BatchNorm across devices', 'dali': 'NVIDIA DALI data loading',
+    helps = {'syncbn': 'BatchNorm statistics over the whole batch: across horovodrun\'s or '
+                       'gluondet launch\'s processes, or the GPUs of one process',
+             'dali': 'NVIDIA DALI data loading',
              'amp': 'automatic mixed precision'}
     for flag in scale_out:
         add('--' + flag, action='store_true', help=helps[flag])
@@ -119,14 +122,18 @@ def add_training_args(parser, epochs, lr, lr_decay_epoch, batch_size, wd=0.0005,
 
 def check_scale_out(args):
     """Refuse the scale-out flags that are not implemented yet, rather than ignore them (the
-    on/off flags of `SCALE_OUT_FLAGS` and ``--norm-layer syncbn``, whichever the script has),
+    on/off flags of `NOT_BUILT` and ``--norm-layer syncbn``, whichever the script has),
     and ``--horovod`` or a dist ``--kv-store`` this process cannot run
     (`engine.distributed.check_launch`), before any data is read."""
     try:
         check_launch(args)
     except ValueError as err:
         raise _user_error(err) from None
-    asked = ['--' + f for f in SCALE_OUT_FLAGS if getattr(args, f, False)]
+    if getattr(args, 'syncbn', False) and args.kv_store.startswith('dist'):
+        raise _user_error('--syncbn synchronizes BatchNorm across Horovod processes, not across '
+                          'parameter-server workers (--kv-store %s): use horovodrun ... '
+                          '--horovod' % args.kv_store)
+    asked = ['--' + f for f in NOT_BUILT if getattr(args, f, False)]
     if getattr(args, 'norm_layer', None) == 'syncbn':
         asked.append('--norm-layer syncbn')
     if asked:

@@ -124,7 +124,7 @@ class SSDTask(DetectionTask):
     def build_net(self, ctx_list):
         probe = get_model(self.network, pretrained_base=False, **self._model_kwargs())
         self.steps = anchor_steps(probe, self.width, self.height, self.steps_mode)
-        net = self._get_model(**({} if self.steps is None else {'steps': self.steps}))
+        net = self._get_model(ctx_list, **({} if self.steps is None else {'steps': self.steps}))
         return self._place(net, ctx_list)
 
     def train_dataset(self):
