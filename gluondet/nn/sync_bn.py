@@ -12,7 +12,12 @@ move between the two freely, and it hybridizes.
 import mxnet as mx
 from mxnet import gluon, nd
 
-from ..engine.context import active_runtime
+
+def active_runtime():
+    """The training's runtime (imported when used: the network modules do not load the
+    engine, so deployment does not)."""
+    from ..engine.context import active_runtime as active
+    return active()
 
 __all__ = ['SyncBatchNorm', 'sync_norm_layer']
 
