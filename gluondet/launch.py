@@ -1,11 +1,10 @@
 """``gluondet launch``: the processes of an MXNet parameter-server job, started and watched.
 
 MXNet's own ``tools/launch.py`` fails on Python 3.11 (``Thread.isAlive``) and advertises a
-non-loopback address on one machine. This starts the scheduler, the servers (both are
-MXNet's ``kvstore_server`` module in ``python -c``) and the
-workers (the user's command), here or over ssh on the hosts of a host file, and ends them
-all as soon as one fails: a killed worker would otherwise leave the others waiting for it
-for ever.
+non-loopback address on one machine. This starts the scheduler, the servers (both MXNet's
+``kvstore_server`` module in ``python -c``) and the workers (the user's command), here or
+over ssh on the hosts of a host file, and ends them all as soon as one fails: a killed
+worker would otherwise leave the others waiting for it for ever.
 """
 import argparse
 import os
