@@ -32,6 +32,7 @@ import mxnet as mx
 from mxnet import nd
 
 from ..files import atomic_save, atomic_write, remove_if_exists, write_synced
+from ..threads import mxnet_threads
 
 LOG = logging.getLogger(__name__)
 FORMAT = 'gluondet-checkpoint'
@@ -71,9 +72,8 @@ class Checkpointer:
         """Checkpoint the loop's current position (manifest only if its data is on disk).
 
         Every process calls it: BatchNorm statistics are first averaged over them."""
-        from .context import average_statistics
         loop.runtime.beat('checkpoint at iteration %d' % loop.state.iteration)
-        average_statistics(loop.runtime, loop.net)
+        loop.sync_statistics()
         if not self.enabled:
             return
         if loop.state.position() != self._position:
@@ -117,7 +117,7 @@ class Checkpointer:
             rng={'seed': self.config.seed,
                  'scheme': 'step RNGs from (seed, iteration), samples from (seed, epoch, index)'},
             hooks=hook_states(loop.hooks), meta=self.meta, config=self.config.to_dict(),
-            processes=loop.runtime.world_size, threads=omp_threads())
+            processes=loop.runtime.world_size, threads=mxnet_threads())
         atomic_write(self.json_path, json.dumps(manifest, indent=1, allow_nan=False))
         self.last_path = self.json_path
 
@@ -381,12 +381,6 @@ def _unflatten(layout, arrays, ctx):
     return tuple(_unflatten(item, arrays, ctx) for item in layout)
 
 
-def omp_threads():
-    """The OpenMP threads MXNet computes with in this process (see `gluondet.threads`)."""
-    from ..threads import mxnet_threads
-    return mxnet_threads()
-
-
 def _report_scale(path, manifest, processes):
     """Warn when a run resumes on another number of processes or OpenMP threads."""
     saved = manifest.get('processes', 1)
@@ -395,12 +389,12 @@ def _report_scale(path, manifest, processes):
                     'schedule continue, but each step now draws its samples from %d shard(s) of '
                     'the data, so the run will not repeat, bit for bit, one continued on %d'
                     % (path, saved, processes, processes, saved))
-    threads = manifest.get('threads')
-    if threads is not None and threads != omp_threads():
+    threads, now = manifest.get('threads'), mxnet_threads()
+    if threads is not None and threads != now:
         LOG.warning('resuming %s, written with %d OpenMP thread(s), with %d: MKLDNN rounds '
                     'differently with another thread count, so the run will not repeat, bit for '
                     'bit, one continued with %d (set OMP_NUM_THREADS=%d to keep it)'
-                    % (path, threads, omp_threads(), threads, threads))
+                    % (path, threads, now, threads, threads))
 
 
 def _report_differences(path, manifest, meta, config):

@@ -15,7 +15,7 @@ import mxnet as mx
 import numpy as np
 from mxnet import gluon, nd
 
-from .context import Runtime, local_runtime, optimizer_params
+from .context import Runtime, local_runtime, make_contexts, optimizer_params
 
 
 def check_launch(config):
@@ -111,7 +111,6 @@ class KVStoreRuntime(Runtime):
 
     @classmethod
     def start(cls, config):
-        from .context import make_contexts
         store = mx.kv.create(config.kv_store)
         return cls(tuple(make_contexts(config.gpus, config.cpus)), store.rank, store.num_workers,
                    kv_store=config.kv_store, store=store)

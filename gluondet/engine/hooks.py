@@ -12,7 +12,7 @@ import threading
 import time
 
 from .checkpoint import save_params
-from .context import average_statistics, mean_over_processes
+from .context import mean_over_processes
 from .data import seed_step
 
 
@@ -270,7 +270,7 @@ class ValidationHook(HookBase):
 
     def _validate(self, epoch):
         loop, runtime = self.loop, self.loop.runtime
-        average_statistics(runtime, loop.net)
+        loop.sync_statistics()
         runtime.beat('validation after epoch %d, iteration %d' % (epoch, loop.state.iteration))
         if runtime.world_size == 1:
             metrics = self.task.validate(loop.net, list(runtime.ctx))

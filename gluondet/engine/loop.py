@@ -5,6 +5,7 @@ from typing import Optional
 from mxnet import autograd, gluon, nd
 
 from .checkpoint import Checkpointer
+from .context import average_statistics
 from .data import TrainData, seed_all
 from .distributed import make_runtime
 from .hooks import ValidationHook, default_hooks
@@ -76,6 +77,7 @@ class TrainLoop:
         self.net, self.trainer, self.task, self.data = net, trainer, task, data
         self.epochs, self.runtime, self.state = epochs, runtime, state
         self.max_iters = max_iters
+        self._statistics_synced_at = None
         self.hooks = list(hooks)
         for hook in self.hooks:
             hook.loop = self
@@ -106,6 +108,13 @@ class TrainLoop:
                 self.state.batch = 0
         finally:
             self._call('after_train')
+
+    def sync_statistics(self):
+        """Average BatchNorm's running statistics over the processes (`average_statistics`),
+        once per step: the checkpoints and the validation of one position share it."""
+        if self._statistics_synced_at != self.state.iteration:
+            average_statistics(self.runtime, self.net)
+            self._statistics_synced_at = self.state.iteration
 
     def done(self):
         """Whether the step limit (``max_iters``) is reached."""

@@ -31,7 +31,8 @@ def add_training_args(parser, epochs, lr, lr_decay_epoch, batch_size, wd=0.0005,
     ``--lr-warmup`` counts: ``'epochs'`` (gluondet's SSD) or ``'iterations'`` (GluonCV's
     Faster R-CNN, where ``-1`` is none). ``mixup`` adds ``--mixup`` and
     ``--no-mixup-epochs`` (for a task with ``supports_mixup``). ``scale_out`` names the
-    on/off flags `check_scale_out` refuses until they are built. ``kv_store`` is the
+    script's scale-out on/off flags (`check_scale_out` refuses those of `NOT_BUILT`).
+    ``kv_store`` is the
     default of ``--kv-store`` (GluonCV's Faster R-CNN: ``nccl``).
     """
     def add(*flags, **kwargs):
@@ -112,8 +113,8 @@ def add_training_args(parser, epochs, lr, lr_decay_epoch, batch_size, wd=0.0005,
     add('--hang-timeout', type=float, default=600.,
         help='with several processes, a process that makes no progress for this many seconds '
              'ends the job (a stalled or dead peer); 0: wait forever')
-    helps = {'syncbn': 'BatchNorm statistics over the whole batch: across horovodrun\'s or '
-                       'gluondet launch\'s processes, or the GPUs of one process',
+    helps = {'syncbn': 'BatchNorm statistics over the whole batch: across horovodrun\'s '
+                       'processes, or the GPUs of one process',
              'dali': 'NVIDIA DALI data loading',
              'amp': 'automatic mixed precision'}
     for flag in scale_out:
