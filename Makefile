@@ -7,22 +7,44 @@ STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 # test processes: one per core (tests/conftest.py gives each one OpenMP thread)
 PYTEST_WORKERS ?= auto
+# The MXNet build: mxnet (CPU) or mxnet-cu112 (CUDA 11.2 GPUs: docs/install.md). A venv keeps
+# the build it was made with (recorded in $(VENV)/.mxnet before installing, so that a failed
+# build is resumed with the same one; venvs older than the choice are CPU ones); another one
+# needs `make clean-venv`.
+MXNET_BUILT := $(shell cat $(VENV)/.mxnet 2>/dev/null || { test -x $(PY) && echo mxnet; })
+MXNET ?= $(or $(MXNET_BUILT),mxnet)
+MXNET_EXTRA := $(if $(filter mxnet,$(MXNET)),cpu,$(if $(filter mxnet-cu112,$(MXNET)),cu112))
+CONSTRAINTS := $(if $(filter cu112,$(MXNET_EXTRA)),constraints-cu112.txt,constraints.txt)
+# Horovod's build imports mxnet, which finds the CUDA wheels' libraries only through this;
+# against mxnet-cu112 it also needs a CUDA toolkit, which a GPU machine may lack: optional.
+HOROVOD_ENV := $(if $(filter cu112,$(MXNET_EXTRA)),LD_LIBRARY_PATH="$$($(PY) -c \
+  'import gluondet._mxnet as m; print(m.ld_library_path())')")
+HOROVOD_FAILED := $(if $(filter cu112,$(MXNET_EXTRA)),|| echo 'make venv: no Horovod: built \
+  against mxnet-cu112 it needs a CUDA toolkit (docs/install.md)')
 
-.PHONY: venv demo test test-fast bench bench-torch-venv clean-venv
+.PHONY: venv demo test test-fast bench bench-torch-venv clean-venv check-mxnet
 
 venv: $(STAMP)
 
 # Two pip steps: Horovod's build looks for an installed mxnet, so it must come second.
-$(STAMP): setup.py constraints.txt Makefile
+$(STAMP): setup.py $(sort constraints.txt $(CONSTRAINTS)) Makefile | check-mxnet
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PIP) install -q -c constraints.txt wheel==0.48.0
-	$(PIP) install -q -c constraints.txt -e '.[test,onnx,dali]'
-	$(PY) -c 'import horovod.mxnet' 2>/dev/null || \
+	echo $(MXNET) > $(VENV)/.mxnet
+	$(PIP) install -q -c $(CONSTRAINTS) wheel==0.48.0
+	$(PIP) install -q -c $(CONSTRAINTS) -e '.[$(MXNET_EXTRA),test,onnx,dali]'
+	$(PY) -c 'import gluondet, horovod.mxnet' 2>/dev/null || \
 	  HOROVOD_WITH_MXNET=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_TENSORFLOW=1 \
-	  HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MPI=1 \
-	  $(PIP) install -q --no-build-isolation --no-cache-dir -c constraints.txt -e '.[horovod]'
+	  HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MPI=1 $(HOROVOD_ENV) \
+	  $(PIP) install -q --no-build-isolation --no-cache-dir -c $(CONSTRAINTS) -e '.[horovod]' \
+	  $(HOROVOD_FAILED)
 	$(PY) -m pip check
 	touch $@
+
+check-mxnet:
+	@test -n '$(MXNET_EXTRA)' || { \
+	  echo 'MXNET=$(MXNET): choose mxnet (CPU) or mxnet-cu112 (CUDA 11.2)'; exit 2; }
+	@test -z '$(MXNET_BUILT)' -o '$(MXNET_BUILT)' = '$(MXNET)' || { echo '$(VENV) has' \
+	  '$(MXNET_BUILT), not $(MXNET): make clean-venv first (or leave out MXNET=)'; exit 2; }
 
 demo: venv
 	$(PY) -m gluondet demo

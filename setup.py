@@ -12,6 +12,24 @@ def read_version():
         return re.search(r"^__version__ = '([^']+)'", f.read(), re.M).group(1)
 
 
+# mxnet-cu112 and the CUDA 11 libraries its libmxnet.so links (`readelf -d`: cudart 11.0,
+# cublas 11, cufft 10, curand 10, cusolver 11, nvrtc 11.2, nvToolsExt 1, cudnn 8, nccl 2) from
+# NVIDIA's PyPI wheels; gluondet/_mxnet.py loads them. The bounds keep those sonames (cuDNN 9
+# has no libcudnn.so.8); constraints-cu112.txt pins the versions.
+CU112 = [
+    'mxnet-cu112==1.9.1',
+    'nvidia-cuda-runtime-cu11>=11.7,<12',
+    'nvidia-cublas-cu11>=11.10,<12',
+    'nvidia-cufft-cu11>=10.7,<11',
+    'nvidia-curand-cu11>=10.2,<11',
+    'nvidia-cusolver-cu11>=11.4,<12',
+    'nvidia-cuda-nvrtc-cu11>=11.7,<12',
+    'nvidia-nvtx-cu11>=11.7,<12',
+    'nvidia-cudnn-cu11>=8.5,<9',
+    'nvidia-nccl-cu11>=2.13,<3',
+]
+
+
 setup(
     name='gluondet',
     version=read_version(),
@@ -22,8 +40,9 @@ setup(
     license='Apache-2.0',
     python_requires='>=3.8',
     packages=find_packages(include=['gluondet', 'gluondet.*']),
+    # MXNet comes from an extra, `cpu` or `cu112`: its builds are distinct distributions that
+    # write the same `mxnet` package, so the base package requires neither.
     install_requires=[
-        'mxnet==1.9.1',
         'numpy<1.24',
         'scipy',        # Faster R-CNN's sparse ROI Align backward on CPUs
         'opencv-python',
@@ -35,6 +54,8 @@ setup(
         'tensorboardX',
     ],
     extras_require={
+        'cpu': ['mxnet==1.9.1'],
+        'cu112': CU112,
         'onnx': ['onnx', 'onnxruntime', 'ml_dtypes'],   # ml_dtypes: int8 quantization
         'dali': ['nvidia-dali-cuda110'],
         'horovod': ['horovod', 'cloudpickle', 'psutil', 'pyyaml'],

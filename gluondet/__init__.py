@@ -2,5 +2,7 @@
 from . import threads
 threads.configure()   # before anything imports mxnet: it reads OMP_NUM_THREADS once
 from . import _compat  # noqa: E402,F401  (numpy aliases mxnet 1.9.1 needs; must precede mxnet)
+from . import _mxnet  # noqa: E402
+_mxnet.prepare()   # which MXNet build; a CUDA build's libraries from the nvidia-* wheels
 
 __version__ = '0.1.0'

@@ -1,0 +1,358 @@
+"""The MXNet build is an extra (`cpu`, `cu112`); gluondet/_mxnet.py finds and loads a CUDA
+build's libraries from NVIDIA's wheels, and says what is wrong with an install."""
+import json
+import os
+import re
+import runpy
+import shutil
+import subprocess
+import sys
+import urllib.request
+from unittest import mock
+
+import pytest
+from packaging.requirements import Requirement
+
+from gluondet import _mxnet
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# Each wheel folder of _mxnet.CUDA11_LIBRARIES and the distribution that installs it.
+WHEELS = {'cuda_runtime': 'nvidia-cuda-runtime-cu11', 'cublas': 'nvidia-cublas-cu11',
+          'cufft': 'nvidia-cufft-cu11', 'curand': 'nvidia-curand-cu11',
+          'cusolver': 'nvidia-cusolver-cu11', 'cuda_nvrtc': 'nvidia-cuda-nvrtc-cu11',
+          'nvtx': 'nvidia-nvtx-cu11', 'cudnn': 'nvidia-cudnn-cu11', 'nccl': 'nvidia-nccl-cu11'}
+
+# What `readelf -d` of mxnet-cu112 1.9.1's libmxnet.so lists as NEEDED from CUDA (the
+# driver's libcuda.so.1 aside), and what the CUDA wheels' libraries need among themselves.
+MXNET_CU112_NEEDED = ['libcudnn.so.8', 'libnccl.so.2', 'libcudart.so.11.0', 'libcufft.so.10',
+                      'libcublas.so.11', 'libcusolver.so.11', 'libcurand.so.10',
+                      'libnvrtc.so.11.2', 'libnvToolsExt.so.1']
+WHEEL_NEEDED = {
+    'libcublas.so.11': ['libcublasLt.so.11'],
+    'libcusolver.so.11': ['libcublas.so.11', 'libcublasLt.so.11'],
+    'libcudnn_ops_train.so.8': ['libcudnn_ops_infer.so.8'],
+    'libcudnn_cnn_infer.so.8': ['libcudnn_ops_infer.so.8'],
+    'libcudnn_cnn_train.so.8': ['libcudnn_ops_infer.so.8', 'libcudnn_ops_train.so.8',
+                                'libcudnn_cnn_infer.so.8'],
+    'libcudnn_adv_infer.so.8': ['libcudnn_ops_infer.so.8'],
+    'libcudnn_adv_train.so.8': ['libcudnn_ops_infer.so.8', 'libcudnn_ops_train.so.8',
+                                'libcudnn_adv_infer.so.8'],
+}
+
+
+def setup_kwargs():
+    """What setup.py passes to setuptools.setup."""
+    with mock.patch('setuptools.setup') as setup:
+        runpy.run_path(os.path.join(ROOT, 'setup.py'), run_name='__main__')
+    return setup.call_args.kwargs
+
+
+def read_constraints(name):
+    """``{name: version}`` of the ``==`` pins in a constraints file (not following ``-c``)."""
+    pins = {}
+    with open(os.path.join(ROOT, name)) as f:
+        for line in f:
+            line = line.split('#')[0].strip()
+            if line and not line.startswith('-'):
+                requirement = Requirement(line)
+                (spec,) = requirement.specifier
+                assert spec.operator == '=='
+                pins[requirement.name.lower()] = spec.version
+    return pins
+
+
+def test_base_package_requires_no_mxnet_and_extras_choose_one():
+    kwargs = setup_kwargs()
+    names = [Requirement(r).name for r in kwargs['install_requires']]
+    assert not [n for n in names if n.startswith('mxnet')]
+    extras = kwargs['extras_require']
+    assert extras['cpu'] == ['mxnet==1.9.1']
+    cu112 = {Requirement(r).name: Requirement(r) for r in extras['cu112']}
+    assert str(cu112['mxnet-cu112'].specifier) == '==1.9.1'
+    assert 'mxnet' not in cu112
+    assert set(cu112) == {'mxnet-cu112'} | set(WHEELS.values())
+    assert '8.9.6.50' in cu112['nvidia-cudnn-cu11'].specifier
+    assert '9.1.0.70' not in cu112['nvidia-cudnn-cu11'].specifier    # no libcudnn.so.8
+    # the CPU install: the requirements it had before the choice, mxnet==1.9.1 included
+    cpu = kwargs['install_requires'] + extras['cpu']
+    assert sorted(cpu) == sorted(['mxnet==1.9.1', 'numpy<1.24', 'scipy', 'opencv-python',
+                                  'pillow', 'defusedxml', 'filelock', 'requests', 'tqdm',
+                                  'tensorboardX'])
+
+
+def test_constraints_pin_every_gpu_requirement_and_keep_the_cpu_set():
+    cpu, gpu = read_constraints('constraints.txt'), read_constraints('constraints-cu112.txt')
+    assert cpu['mxnet'] == '1.9.1' and cpu['numpy'] == '1.23.5'
+    assert not [name for name in cpu if name.startswith(('mxnet-', 'nvidia-cu')) or
+                re.match(r'nvidia-.*-cu11$', name)]
+    with open(os.path.join(ROOT, 'constraints-cu112.txt')) as f:
+        assert '-c constraints.txt' in f.read().splitlines()
+    for line in setup_kwargs()['extras_require']['cu112']:
+        requirement = Requirement(line)
+        assert requirement.specifier.contains(gpu[requirement.name]), line
+    assert gpu['nvidia-cudnn-cu11'].startswith('8.')
+
+
+def test_preload_list_covers_what_libmxnet_needs_in_dependency_order():
+    files = [re.sub(r'\.\*$', '.8', name) for _, name in _mxnet.CUDA11_LIBRARIES]
+    assert set(MXNET_CU112_NEEDED) <= set(files)
+    for name, needed in WHEEL_NEEDED.items():
+        assert all(files.index(n) < files.index(name) for n in needed), name
+    # every folder comes from a wheel of the cu112 extra
+    extra = {Requirement(r).name for r in setup_kwargs()['extras_require']['cu112']}
+    assert {WHEELS[folder] for folder, _ in _mxnet.CUDA11_LIBRARIES} <= extra
+    assert _mxnet.CUDA_BUILDS == {'mxnet-cu112': _mxnet.CUDA11_LIBRARIES}
+
+
+def _touch(path):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    open(path, 'wb').close()
+    return path
+
+
+def test_cuda_libraries_found_in_wheel_layout(tmp_path):
+    first, second, empty = tmp_path / 'user', tmp_path / 'site', tmp_path / 'empty'
+    empty.mkdir()
+    expected = []
+    for folder, name in _mxnet.CUDA11_LIBRARIES:
+        name = name.replace('*', '8')
+        root = first if folder == 'cudnn' else second
+        expected.append(_touch(os.path.join(root, 'nvidia', folder, 'lib', name)))
+    # ignored: a later copy of cudnn, CUDA 12 and cuDNN 9 files (torch's wheels), other files
+    _touch(os.path.join(second, 'nvidia', 'cudnn', 'lib', 'libcudnn.so.8'))
+    for other in ('cuda_runtime/lib/libcudart.so.12', 'cudnn/lib/libcudnn.so.9',
+                  'cuda_runtime/lib/libOpenCL.so.1', 'cublas/lib/libnvblas.so.11'):
+        _touch(os.path.join(second, 'nvidia', other))
+    paths = [str(empty), str(first), str(second)]
+    assert _mxnet.cuda_libraries(paths=paths) == expected
+    assert _mxnet.library_folders(expected) == [
+        os.path.join(second, 'nvidia', f, 'lib') for f in
+        ('cuda_runtime', 'cublas', 'cufft', 'curand', 'cusolver', 'cuda_nvrtc', 'nvtx')] + [
+        os.path.join(first, 'nvidia', 'cudnn', 'lib'),
+        os.path.join(second, 'nvidia', 'nccl', 'lib')]
+    # a library absent from every path is left out (the system loader may have it)
+    os.remove(expected[-1])
+    assert _mxnet.cuda_libraries(paths=paths) == expected[:-1]
+    assert _mxnet.cuda_libraries(paths=[str(empty)]) == []
+
+
+# --- real (tiny) shared libraries, and a fake site-packages, in `python -S` subprocesses ---
+
+def _cc():
+    return shutil.which('cc') or shutil.which('gcc')
+
+
+def _build(path, soname, needed=(), search=()):
+    """A tiny shared object with `soname` that links `needed` (found in `search` when linking;
+    no RPATH, so at run time only what is loaded already or on the system satisfies them)."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    source = path + '.c'
+    with open(source, 'w') as f:
+        f.write('int %s(void) { return 1; }\n' % re.sub(r'\W', '_', soname))
+    command = [_cc(), '-shared', '-fPIC', '-o', path, source, '-Wl,-soname,' + soname,
+               '-Wl,--no-as-needed']
+    command += ['-L' + folder for folder in search] + ['-l:' + name for name in needed]
+    subprocess.run(command, check=True, capture_output=True)
+    os.remove(source)
+
+
+def _dist_info(site, name, size=None):
+    folder = os.path.join(site, '%s-1.9.1.dist-info' % name.replace('-', '_'))
+    os.makedirs(folder)
+    with open(os.path.join(folder, 'METADATA'), 'w') as f:
+        f.write('Metadata-Version: 2.1\nName: %s\nVersion: 1.9.1\n' % name)
+    with open(os.path.join(folder, 'RECORD'), 'w') as f:
+        f.write('mxnet/__init__.py,,\nmxnet/libmxnet.so,sha256=x,%d\n' % (size or 1))
+
+
+@pytest.fixture(scope='module')
+def fake_site(tmp_path_factory):
+    """A site-packages with real tiny CUDA 11 libraries in NVIDIA's wheel layout, and an
+    ``mxnet`` package whose ``libmxnet.so`` links them like mxnet-cu112's does (no
+    dist-info: each test adds the ones it needs in a copy)."""
+    if _cc() is None:
+        pytest.skip('no C compiler to build shared libraries')
+    site = str(tmp_path_factory.mktemp('site'))
+    where, todo = {}, [(folder, name.replace('*', '8')) for folder, name in
+                       _mxnet.CUDA11_LIBRARIES]
+    while todo:     # each after what it links, whatever the order of the list under test
+        folder, name = todo.pop(0)
+        needed = WHEEL_NEEDED.get(name, ())
+        if not set(needed) <= set(where):
+            todo.append((folder, name))
+            continue
+        path = os.path.join(site, 'nvidia', folder, 'lib', name)
+        _build(path, name, needed, {where[n] for n in needed})
+        where[name] = os.path.dirname(path)
+    _build(os.path.join(site, 'mxnet', 'libmxnet.so'), 'libmxnet.so', MXNET_CU112_NEEDED,
+           {where[n] for n in MXNET_CU112_NEEDED})
+    with open(os.path.join(site, 'mxnet', '__init__.py'), 'w') as f:
+        f.write('import ctypes, os\n_LIB = ctypes.CDLL(os.path.join(os.path.dirname(__file__), '
+                '"libmxnet.so"), ctypes.RTLD_LOCAL)\n')
+    # numpy (gluondet/_compat.py imports it) without the rest of the venv's site-packages
+    import numpy
+    numpy_site = str(tmp_path_factory.mktemp('numpy_site'))
+    for name in ('numpy', 'numpy.libs'):
+        source = os.path.join(os.path.dirname(os.path.dirname(numpy.__file__)), name)
+        if os.path.exists(source):
+            os.symlink(source, os.path.join(numpy_site, name))
+    return site, numpy_site
+
+
+def _site_copy(fake_site, tmp_path, builds=(), mxnet=True):
+    site = str(tmp_path / 'site')
+    shutil.copytree(fake_site[0], site, symlinks=True)
+    if not mxnet:
+        shutil.rmtree(os.path.join(site, 'mxnet'))
+    size = os.path.getsize(os.path.join(fake_site[0], 'mxnet', 'libmxnet.so'))
+    for name, owns in builds:
+        _dist_info(site, name, size if owns else size + 1)
+    return site
+
+
+def _run(code, *paths):
+    """Run `code` under ``python -S`` with only `paths`, gluondet and numpy on sys.path."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(list(paths)), LD_LIBRARY_PATH='')
+    return subprocess.run([sys.executable, '-S', '-c', code], env=env, capture_output=True,
+                          text=True, timeout=120)
+
+
+def test_cuda_build_imports_with_the_wheels_libraries_loaded(fake_site, tmp_path):
+    site = _site_copy(fake_site, tmp_path, [('mxnet-cu112', True)])
+    # without gluondet the loader cannot find the wheels' libraries
+    bare = _run('import mxnet', site, ROOT, fake_site[1])
+    assert bare.returncode != 0 and 'cannot open shared object file' in bare.stderr
+    done = _run('import gluondet, json, mxnet; from gluondet import _mxnet\n'
+                'print(json.dumps([_mxnet.active_build(), len(_mxnet._loaded)]))',
+                site, ROOT, fake_site[1])
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == ['mxnet-cu112', len(_mxnet.CUDA11_LIBRARIES)]
+    # the order matters: a library loaded before the ones it links does not load (in a
+    # process where `import gluondet` loaded nothing: mxnet without a distribution)
+    source = _site_copy(fake_site, tmp_path / 'source')
+    wrong = _run('from gluondet import _mxnet; assert not _mxnet._loaded\n'
+                 '_mxnet.preload(_mxnet.cuda_libraries()[::-1])', source, ROOT, fake_site[1])
+    assert wrong.returncode != 0
+    assert ('ImportError: gluondet could not load %s' % os.path.join(
+        source, 'nvidia', 'cudnn', 'lib', 'libcudnn_adv_train.so.8')) in wrong.stderr
+    assert 'libcudnn_ops_infer.so.8: cannot open shared object file' in wrong.stderr
+    # programs that import mxnet first get an LD_LIBRARY_PATH
+    path = _run('from gluondet import _mxnet; print(_mxnet.ld_library_path())',
+                site, ROOT, fake_site[1]).stdout.strip().split(os.pathsep)
+    assert path == _mxnet.library_folders(_mxnet.cuda_libraries(paths=[site]))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([site, ROOT, fake_site[1]]),
+               LD_LIBRARY_PATH=os.pathsep.join(path))
+    assert subprocess.run([sys.executable, '-S', '-c', 'import mxnet'], env=env).returncode == 0
+
+
+def test_cpu_build_loads_no_cuda_library(fake_site, tmp_path):
+    site = _site_copy(fake_site, tmp_path, [('mxnet', True)])
+    done = _run('import gluondet, json; from gluondet import _mxnet\n'
+                'print(json.dumps([_mxnet.active_build(), _mxnet.prepare(), len(_mxnet._loaded),'
+                ' "/nvidia/" in open("/proc/self/maps").read()]))', site, ROOT, fake_site[1])
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == ['mxnet', [], 0, False]
+
+
+def _skip_unless_cpu_venv():
+    if _mxnet.active_build() != 'mxnet':
+        pytest.skip('this venv has %s, not the CPU build' % _mxnet.active_build())
+
+
+def test_the_installed_cpu_mxnet_still_imports_with_gluondet():
+    _skip_unless_cpu_venv()
+    code = ('import gluondet, mxnet as mx; from gluondet import _mxnet\n'
+            'assert _mxnet.active_build() == "mxnet" and not _mxnet._loaded\n'
+            'assert mx.nd.ones((2, 3)).sum().asscalar() == 6\n'
+            'maps = open("/proc/self/maps").read()\n'
+            'assert "libmxnet.so" in maps and "libcudart" not in maps and "libcudnn" not in maps\n'
+            'print(mx.__version__)')
+    done = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True,
+                          timeout=120, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == '1.9.1'
+
+
+def test_no_mxnet_says_which_extra_to_install(fake_site, tmp_path):
+    site = _site_copy(fake_site, tmp_path, mxnet=False)
+    done = _run('import gluondet', site, ROOT, fake_site[1])
+    assert done.returncode != 0
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith('ImportError: gluondet needs MXNet 1.9.1, and no MXNet is installed')
+    assert "pip install 'gluondet[cpu]' (CPU)" in last
+    assert "pip install 'gluondet[cu112]' -c constraints-cu112.txt (CUDA 11.2 GPUs" in last
+    # an mxnet built from source, on sys.path without a distribution, is accepted
+    source = _site_copy(fake_site, tmp_path / 'source')
+    done = _run('import gluondet; from gluondet import _mxnet; print(_mxnet.active_build())',
+                source, ROOT, fake_site[1])
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == 'None'
+
+
+def test_two_builds_installed_are_named_with_the_fix(fake_site, tmp_path):
+    site = _site_copy(fake_site, tmp_path, [('mxnet', False), ('mxnet-cu112', True)])
+    done = _run('import gluondet, mxnet; from gluondet import _mxnet; print(len(_mxnet._loaded))',
+                site, ROOT, fake_site[1])
+    assert done.returncode == 0, done.stderr
+    assert 'RuntimeWarning: several MXNet distributions are installed: mxnet 1.9.1, ' \
+           'mxnet-cu112 1.9.1' in done.stderr
+    assert "the files on disk are mxnet-cu112's" in done.stderr
+    assert 'pip uninstall -y mxnet mxnet-cu112' in done.stderr
+    # the files are the CUDA build's, so its libraries were loaded and mxnet imported
+    assert done.stdout.strip() == str(len(_mxnet.CUDA11_LIBRARIES))
+    # the CPU build's files: nothing loaded
+    site = _site_copy(fake_site, tmp_path / 'cpu', [('mxnet', True), ('mxnet-cu112', False)])
+    done = _run('import gluondet; from gluondet import _mxnet; print(len(_mxnet._loaded))',
+                site, ROOT, fake_site[1])
+    assert "the files on disk are mxnet's" in done.stderr
+    assert done.stdout.strip() == '0'
+
+
+# --- pip resolves the pins ---
+
+def _pip_dry_run(tmp_path, extras, constraints, *options):
+    """``pip install --dry-run`` of a copy of the project with `extras`; the report."""
+    project = tmp_path / 'project'
+    (project / 'gluondet').mkdir(parents=True)
+    for name in ('setup.py', 'README.md', 'gluondet/__init__.py'):
+        shutil.copy(os.path.join(ROOT, name), project / name)
+    report = tmp_path / 'report.json'
+    done = subprocess.run(
+        [sys.executable, '-m', 'pip', 'install', '--dry-run', '--no-build-isolation', '-q',
+         '--disable-pip-version-check', '--report', str(report), '-c',
+         os.path.join(ROOT, constraints), *options, '%s[%s]' % (project, extras)],
+        capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    with open(report) as f:
+        return {item['metadata']['name'].lower(): item['metadata']['version']
+                for item in json.load(f)['install']}
+
+
+def test_cpu_install_changes_nothing_in_the_venv(tmp_path):
+    """This venv was built from constraints.txt; the `cpu` extra asks for nothing else."""
+    _skip_unless_cpu_venv()
+    assert _pip_dry_run(tmp_path, 'cpu,test,onnx,dali', 'constraints.txt') == {
+        'gluondet': '0.1.0'}
+
+
+def _pypi_reachable():
+    try:
+        urllib.request.urlopen('https://pypi.org/simple/mxnet-cu112/', timeout=15).close()
+        return True
+    except OSError:
+        return False
+
+
+@pytest.mark.slow
+def test_gpu_pins_resolve_from_pypi(tmp_path):
+    if not _pypi_reachable():
+        pytest.skip('PyPI is not reachable')
+    found = _pip_dry_run(tmp_path, 'cu112', 'constraints-cu112.txt', '--ignore-installed')
+    gpu, cpu = read_constraints('constraints-cu112.txt'), read_constraints('constraints.txt')
+    for name, version in gpu.items():
+        assert found.get(name) == version, name
+    assert 'mxnet' not in found
+    # the nested `-c constraints.txt` applies: unpinned, scipy would be a newer release
+    for name in ('numpy', 'scipy', 'opencv-python', 'requests'):
+        assert found[name] == cpu[name], name
