@@ -1,7 +1,8 @@
 """One process of a distributed test run: ``python tests/distributed_run.py SPEC.json``,
 started by ``horovodrun`` or ``gluondet launch`` (or alone, as the one-process reference).
 
-SPEC: ``task`` (``ssd``, ``ssd_syncbn``, ``frcnn`` or ``toy``), ``config`` (TrainConfig fields),
+SPEC: ``task`` (``ssd``, ``ssd_syncbn``, ``frcnn``, ``frcnn_syncbn``, ``retinanet_syncbn`` or
+``toy``), ``config`` (TrainConfig fields),
 ``out`` (folder: each rank writes ``rank{r}.params`` with every parameter after training and
 ``rank{r}.json`` with its rank, world size and final metrics), optionally ``fault``
 (``{"rank": r, "iteration": i, "kind": "stall" | "raise" | "kill"}``: at that step that rank
@@ -47,6 +48,11 @@ def make_task(name):
                              max_size=128, pretrained_base=False, model_kwargs=dict(
                                  norm_layer='syncbn', fpn_channels=32, head_channels=32,
                                  head_layers=1))
+    if name == 'frcnn_syncbn':             # --norm-layer syncbn: FPN, BatchNorm synchronized
+        train, val = demo(8, 4)
+        return FasterRCNNTask('faster_rcnn_fpn_syncbn_resnet18_v1b_custom', train, val,
+                              short=128, max_size=128, pretrained_base=False,
+                              model_kwargs={'norm_layer': 'syncbn'})
     if name == 'toy':
         from test_engine_toy import make_task as toy
         return toy()

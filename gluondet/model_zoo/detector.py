@@ -203,12 +203,14 @@ def register_presets(archs, build, family):
 
     ``archs`` maps an arch to ``{'backbone': name, 'datasets': {dataset: options}}``,
     each ``options`` holding at least ``short`` and ``max_size`` (the registered data
-    shape); ``voc`` and ``coco`` get those classes and published weights, ``custom``
-    takes ``classes=``. ``build`` and ``family`` as :func:`dataset_builder`.
+    shape; of a multi-scale ``(low, high)`` short, ``high``); ``voc`` and ``coco`` get
+    those classes and published weights (unless the spec says ``'published': False``),
+    ``custom`` takes ``classes=``. ``build`` and ``family`` as :func:`dataset_builder`.
     """
     for arch, spec in archs.items():
         for dataset, options in spec['datasets'].items():
-            shape = (options['short'], options['max_size'])
+            short = options['short']      # GluonCV evaluates a multi-scale net at its high end
+            shape = (short if isinstance(short, int) else short[-1], options['max_size'])
             if dataset == 'custom':
                 registry.register_model(arch + '_custom', None, shape, spec['backbone'],
                                         'custom', has_weights=False)(
@@ -216,5 +218,6 @@ def register_presets(archs, build, family):
             else:
                 classes = {'voc': registry.VOC_CLASSES, 'coco': registry.COCO_CLASSES}[dataset]
                 registry.register_model('%s_%s' % (arch, dataset), classes, shape,
-                                        spec['backbone'], dataset)(
+                                        spec['backbone'], dataset,
+                                        has_weights=spec.get('published', True))(
                     dataset_builder(build, arch, dataset, classes, family))

@@ -27,8 +27,13 @@ class FasterRCNN(Detector):
     fpn : FPN or None
         The pyramid over the backbone maps; its P2-P6 feed the RPN, P2-P5 the ROI Align.
     box_features : HybridBlock or None
-        Head on the pooled features (FPN: two 1024-unit dense layers); None:
-        ``layer4`` then global average pooling (C4).
+        Head on the pooled features (FPN: two 1024-unit dense layers; with trainable norm
+        layers, GluonCV's ``fpn_syncbn``: a 3x3 convolution, norm and ReLU, then one);
+        None: ``layer4`` then global average pooling (C4).
+    trainable_norm : bool
+        Whether the norm layers train (GluonCV's ``faster_rcnn_fpn_syncbn_*``): then every
+        parameter trains by default; False: the stem, ``layer1`` and the backbone's norm
+        layers stay fixed (see :meth:`collect_train_params`).
     short, max_size : int
         Input resizing the network was trained for (shorter side, longer side
         limit), as GluonCV's ``net.short`` / ``net.max_size``.
@@ -79,7 +84,8 @@ class FasterRCNN(Detector):
                  rpn_test_pre_nms=6000, rpn_test_post_nms=300, rpn_min_size=16,
                  roi_mode='align', roi_size=(14, 14), clip=None, num_sample=128,
                  pos_iou_thresh=0.5, pos_ratio=0.25, box_stds=(.1, .1, .2, .2),
-                 nms_thresh=0.3, nms_topk=400, post_nms=100, force_nms=False, **kwargs):
+                 nms_thresh=0.3, nms_topk=400, post_nms=100, force_nms=False,
+                 trainable_norm=False, **kwargs):
         super().__init__(classes, **kwargs)
         if len(anchor_sizes) != len(strides):
             raise ValueError('FasterRCNN: %d strides need %d anchor size groups, got %d'
@@ -88,6 +94,7 @@ class FasterRCNN(Detector):
         self.strides = tuple(strides)
         self.roi_mode, self.roi_size = roi_mode, tuple(roi_size)
         self.box_stds = tuple(box_stds)
+        self.trainable_norm = trainable_norm
         alloc = alloc_size
         with self.name_scope():
             self.backbone = backbone
@@ -148,9 +155,12 @@ class FasterRCNN(Detector):
 
     def collect_train_params(self, select=None):
         """The parameters trained by default: all but the stem, ``layer1`` and every norm
-        layer of the backbone (GluonCV's ``train_patterns``); or those matching ``select``."""
+        layer of the backbone (GluonCV's ``train_patterns``), or all with ``trainable_norm``
+        (GluonCV's ``fpn_syncbn``); or those matching ``select``."""
         if select is not None:
             return self.collect_params(select)
+        if self.trainable_norm:
+            return self.collect_params()
         frozen = set(self.backbone.stage_params('stem', 'layer1').keys())
         frozen |= set(norm_param_names(self.backbone))
         return params_except(self, frozen)
@@ -248,9 +258,16 @@ def _copy_rows(old, new, pairs, width):
         new_param.set_data(mx.nd.array(dst, dtype=dst.dtype))
 
 
-def _box_head(units):
+def _box_head(units, conv_channels=0, norm=None):
+    """Two dense layers; with ``norm`` (``(norm_layer, norm_kwargs)``), GluonCV's
+    ``fpn_syncbn`` head: a 3x3 convolution without bias, the norm layer and ReLU, then one
+    dense layer (the same child indices as GluonCV's, so its file keys match)."""
     head = nn.HybridSequential()
-    for _ in range(2):
+    if norm is not None:
+        norm_layer, norm_kwargs = norm
+        head.add(nn.Conv2D(conv_channels, 3, padding=1, use_bias=False),
+                 norm_layer(**norm_kwargs), nn.Activation('relu'))
+    for _ in range(1 if norm is not None else 2):
         head.add(nn.Dense(units, weight_initializer=mx.init.Normal(0.01)), nn.Activation('relu'))
     return head
 
@@ -264,6 +281,9 @@ _COCO_FPN = dict(short=800, max_size=1333, nms_thresh=0.5, nms_topk=-1, post_nms
                  strides=(4, 8, 16, 32, 64), anchor_sizes=_RPN_SIZES, alloc_size=(384, 384),
                  roi_size=(7, 7), rpn_test_post_nms=1000, rpn_min_size=1, clip=4.14,
                  num_sample=512)
+# GluonCV's faster_rcnn_fpn_syncbn_resnet50_v1b_coco: trainable BatchNorm in the backbone, the
+# FPN (convolutions without bias) and the box head; RPN of 256 channels; multi-scale training.
+_COCO_FPN_SYNCBN = dict(_COCO_FPN, short=(640, 800), rpn_channel=256)
 # gluondet's small networks, to train on a CPU: a narrow RPN (and FPN and box head), fewer
 # proposals, 100 detections.
 _SMALL = dict(rpn_channel=256, rpn_train_pre_nms=4000, rpn_train_post_nms=1000,
@@ -281,8 +301,17 @@ FASTER_RCNN_ARCHS = {
         backbone='resnet50_v1b', fpn=True, datasets={'coco': _COCO_FPN, 'custom': _COCO_FPN}),
     'faster_rcnn_resnet18_v1b': dict(
         backbone='resnet18_v1b', fpn=False, datasets={'custom': dict(_VOC_C4, **_SMALL)}),
+    # GluonCV 0.10.5 publishes no weights of it (its model store lacks the name)
+    'faster_rcnn_fpn_syncbn_resnet50_v1b': dict(
+        backbone='resnet50_v1b', fpn=True, trainable_norm=True, published=False,
+        datasets={'coco': _COCO_FPN_SYNCBN, 'custom': _COCO_FPN_SYNCBN}),
     'faster_rcnn_fpn_resnet18_v1b': dict(
         backbone='resnet18_v1b', fpn=True,
+        datasets={'custom': dict(_COCO_FPN, short=600, max_size=1000, num_sample=128,
+                                 **dict(_SMALL, rpn_channel=128, fpn_channels=128,
+                                        box_units=512))}),
+    'faster_rcnn_fpn_syncbn_resnet18_v1b': dict(
+        backbone='resnet18_v1b', fpn=True, trainable_norm=True,
         datasets={'custom': dict(_COCO_FPN, short=600, max_size=1000, num_sample=128,
                                  **dict(_SMALL, rpn_channel=128, fpn_channels=128,
                                         box_units=512))}),
@@ -307,14 +336,17 @@ def build_faster_rcnn(arch, classes, dataset='custom', pretrained_base=True, ctx
         Where loaded weights go; folder of weight files.
     norm_layer, norm_kwargs
         The backbone's normalization; BatchNorm is frozen (global statistics)
-        unless ``norm_kwargs`` says otherwise, as GluonCV.
+        unless ``norm_kwargs`` says otherwise, as GluonCV. The ``fpn_syncbn`` presets
+        (``trainable_norm``) train it, and use it in the FPN and the box head too:
+        plain BatchNorm by default, a synchronized one when the task asks for it.
     **kwargs
         Override the preset's :class:`FasterRCNN` arguments; with FPN also
         ``fpn_channels`` (256) and ``box_units`` (1024, the two dense layers' width).
     """
     spec = FASTER_RCNN_ARCHS[arch]
-    norm_kwargs = dict({'use_global_stats': True} if norm_layer is nn.BatchNorm else {},
-                       **(norm_kwargs or {}))
+    trainable_norm = spec.get('trainable_norm', False)
+    frozen = norm_layer is nn.BatchNorm and not trainable_norm
+    norm_kwargs = dict({'use_global_stats': True} if frozen else {}, **(norm_kwargs or {}))
     stages = (1, 2, 3, 4) if spec['fpn'] else (3,)
     backbone = get_backbone(spec['backbone'], out_stages=stages, norm_layer=norm_layer,
                             norm_kwargs=norm_kwargs)
@@ -324,9 +356,15 @@ def build_faster_rcnn(arch, classes, dataset='custom', pretrained_base=True, ctx
     options = dict(spec['datasets'][dataset], **kwargs)
     fpn_channels, box_units = options.pop('fpn_channels', 256), options.pop('box_units', 1024)
     if spec['fpn']:
-        options.setdefault('fpn', FPN(fpn_channels, num_inputs=4))
-        options.setdefault('box_features', _box_head(box_units))
-    return FasterRCNN(backbone, classes, **options)
+        norm = (norm_layer, norm_kwargs) if trainable_norm else None
+        # GluonCV's FPN norms are mx.sym.contrib.SyncBatchNorm at its defaults: eps 1e-3 (and
+        # fix_gamma; here gamma trains from 1: gluondet's SyncBatchNorm, a custom operator,
+        # needs every input's gradient)
+        options.setdefault('fpn', FPN(fpn_channels, num_inputs=4, use_bias=norm is None,
+                                      norm_layer=norm and norm_layer,
+                                      norm_kwargs=norm and dict(norm_kwargs, epsilon=1e-3)))
+        options.setdefault('box_features', _box_head(box_units, fpn_channels, norm))
+    return FasterRCNN(backbone, classes, trainable_norm=trainable_norm, **options)
 
 
 register_presets(FASTER_RCNN_ARCHS, build_faster_rcnn, 'Faster R-CNN')

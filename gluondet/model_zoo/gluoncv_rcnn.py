@@ -19,13 +19,22 @@ GluonCV key                                    gluondet key
                                                (``batchnorm0`` -> ``downsample.1``)
 ``features.P{i}_conv_lat_*`` / ``P{i}_conv1_*``  ``fpn.laterals.{i-2}.*`` / ``fpn.outputs.{i-2}.*``
 ``features.P6_conv1_*``                        ``fpn.p6.*``
+``features.P5_lat_bn_*``                       ``fpn.lateral_norms.3.*`` (``fpn_syncbn``, as the
+                                               next three; ``moving_*`` -> ``running_*``)
+``features.P{i}_conv1_bn_*`` (i < 5)           ``fpn.lateral_norms.{i-2}.*``
+``features.P{i}_bn_*``                         ``fpn.output_norms.{i-2}.*``
+``features.P6_pre_bn_*``                       ``fpn.p6_norm.*``
+``features.resnetv1b_*syncbatchnorm*``         read as ``batchnorm`` (``fpn_syncbn`` backbones)
 ``rpn.conv1.0``, ``rpn.score``, ``rpn.loc``     ``rpn_head.*`` (FPN: ``rpn.rpn_head.*``)
 ``rpn.anchor_generator[.{l}].anchors``         ``anchor_generators.{l}.anchors``
 ``box_features.*``, ``class_predictor.*``,     the same
 ``box_predictor.*``
 =============================================  ==============================================
 
-Every key must be matched both ways, or loading fails listing what did not match.
+Every key must be matched both ways, or loading fails listing what did not match. The
+``fpn_syncbn`` FPN's norm layers are ``mx.sym.contrib.SyncBatchNorm`` at its defaults, whose
+``fix_gamma`` ignores the stored gamma: it is loaded as ones (gluondet's gamma starts at 1
+and trains).
 """
 import re
 
@@ -58,7 +67,28 @@ def _symbol_backbone_key(key, convs_per_block):
     return 'resnetv1b_layers%d_%s%d_%s' % (stage, kind, index, parts[3])
 
 
-def _gluoncv_key(ours, fpn, convs_per_block):
+def _symbol_norm_key(name, param):
+    """A symbol norm layer's key (aux states ``moving_*``, gluon's ``running_*``)."""
+    return 'features.%s_%s' % (name, param.replace('running_', 'moving_'))
+
+
+def _fpn_key(group, tail, levels):
+    if group == 'p6':
+        return 'features.P6_conv1_' + tail
+    if group == 'p6_norm':
+        return _symbol_norm_key('P6_pre_bn', tail)
+    level, _, name = tail.partition('.')
+    level = int(level)
+    if group == 'lateral_norms':   # GluonCV names the top lateral's norm apart
+        return _symbol_norm_key('P%d_lat_bn' % (level + 2) if level == levels - 1
+                                else 'P%d_conv1_bn' % (level + 2), name)
+    if group == 'output_norms':
+        return _symbol_norm_key('P%d_bn' % (level + 2), name)
+    kind = 'conv_lat' if group == 'laterals' else 'conv1'
+    return 'features.P%d_%s_%s' % (level + 2, kind, name)
+
+
+def _gluoncv_key(ours, fpn, convs_per_block, levels=4):
     head, _, rest = ours.partition('.')
     if head == 'backbone':
         if fpn:
@@ -67,11 +97,7 @@ def _gluoncv_key(ours, fpn, convs_per_block):
         return '%s.%s' % (_C4_STAGES[stage], tail)
     if head == 'fpn':
         group, _, tail = rest.partition('.')
-        if group == 'p6':
-            return 'features.P6_conv1_' + tail
-        level, _, name = tail.partition('.')
-        kind = 'conv_lat' if group == 'laterals' else 'conv1'
-        return 'features.P%d_%s_%s' % (int(level) + 2, kind, name)
+        return _fpn_key(group, tail, levels)
     if head == 'rpn_head':
         return ('rpn.rpn_head.' if fpn else 'rpn.') + rest
     if head == 'anchor_generators':
@@ -84,12 +110,17 @@ def rcnn_key_table(net):
     """``{GluonCV key: gluondet key}`` for every parameter of the :class:`FasterRCNN` ``net``."""
     fpn = net.fpn is not None
     convs = 3 if hasattr(net.backbone.layer1[0], 'conv3') else 2
-    return {_gluoncv_key(ours, fpn, convs): ours for ours in net._collect_params_with_prefix()}
+    levels = len(net.fpn.laterals) if fpn else 0
+    return {_gluoncv_key(ours, fpn, convs, levels): ours
+            for ours in net._collect_params_with_prefix()}
 
 
 def convert_faster_rcnn(arrays, net, source):
     """Rename a GluonCV Faster R-CNN file's arrays to ``net``'s; ValueError on any mismatch."""
     table = rcnn_key_table(net)
+    # GluonCV's syncbn backbones name their (gluon) norm layers syncbatchnorm{k}
+    arrays = {re.sub(r'^(features\.resnetv1b_(?:\w+_)?)syncbatchnorm', r'\1batchnorm', k): v
+              for k, v in arrays.items()}
     unknown = sorted(k for k in arrays if k not in table)
     missing = sorted(ours for theirs, ours in table.items() if theirs not in arrays)
     if unknown or missing:
@@ -97,4 +128,10 @@ def convert_faster_rcnn(arrays, net, source):
             source, 'FPN' if net.fpn is not None else 'C4',
             _describe([('file keys without a match', unknown),
                        ('network parameters not in the file', missing)])))
-    return {table[k]: v for k, v in arrays.items()}
+    converted = {table[k]: v for k, v in arrays.items()}
+    if net.fpn is not None and net.fpn.output_norms is not None:
+        # GluonCV's FPN norms fix gamma at 1 (fix_gamma) whatever its file holds; ours too
+        for key in converted:
+            if key.startswith('fpn.') and key.endswith('.gamma'):
+                converted[key] = converted[key].ones_like()
+    return converted

@@ -4,7 +4,7 @@ from mxnet import autograd
 
 from ..data.mixup import MixupDetection
 from ..losses import RCNNLoss
-from ..nn import RPNTargetGenerator
+from ..nn import RPNTargetGenerator, SyncBatchNorm
 from .base import KeepRatioTask
 
 
@@ -23,12 +23,15 @@ class FasterRCNNTask(KeepRatioTask):
         ``(low, high)`` range for multi-scale training (validation uses ``low``).
     pretrained_base : bool
         Start the backbone from its ImageNet weights. Then the stem, ``layer1`` and
-        every norm layer stay frozen (GluonCV's ``train_patterns``). From scratch every
+        every norm layer stay frozen (GluonCV's ``train_patterns``), except in the
+        ``fpn_syncbn`` networks, which train every parameter (GluonCV's too). From scratch every
         parameter trains and the backbone's BatchNorm uses batch statistics (unless
         ``model_kwargs`` sets the norm layer): the global statistics of a random network
         normalize nothing, and so trained, a ResNet-50's losses diverged.
     model_kwargs : dict
-        More arguments for ``get_model``.
+        More arguments for ``get_model``; ``{'norm_layer': 'syncbn'}`` with an
+        ``fpn_syncbn`` network synchronizes the BatchNorm of its backbone, FPN and box head
+        across the processes (or GPUs) of the training (GluonCV's ``--norm-layer syncbn``).
     rpn_rho, rcnn_rho : float
         Smooth L1 transitions (GluonCV's ``--rpn-smoothl1-rho`` 1/9, ``--rcnn-smoothl1-rho`` 1).
     val_batch_size, num_workers : int
@@ -52,9 +55,13 @@ class FasterRCNNTask(KeepRatioTask):
 
     def build_net(self, ctx_list):
         """The network; on CPUs its ROI Align trains with the sparse backward
-        (:mod:`gluondet.nn.roi_align`: MXNet's CPU kernel is a third of a step)."""
+        (:mod:`gluondet.nn.roi_align`: MXNet's CPU kernel is a third of a step), unless a
+        `SyncBatchNorm` follows it: MXNet then calls the sparse backward's custom operator
+        without a gradient buffer for its ROIs, and the step fails."""
         net = super().build_net(ctx_list)
-        net.roi_extractor.sparse_backward = all(c.device_type == 'cpu' for c in ctx_list)
+        synced = any(isinstance(b, SyncBatchNorm) for b in _blocks(net))
+        net.roi_extractor.sparse_backward = not synced and all(c.device_type == 'cpu'
+                                                               for c in ctx_list)
         return net
 
     def train_params(self, net):
@@ -83,6 +90,14 @@ class FasterRCNNTask(KeepRatioTask):
             weights.append(_mix_weights(labels))
         return {name: [value if w is None else value * w for value, w in zip(values, weights)]
                 for name, values in self.loss(*outputs).items()}
+
+
+def _blocks(block):
+    """``block`` and every block under it (none for None)."""
+    if block is None:
+        return []
+    return [block] + [b for child in block._children.values()  # pylint: disable=protected-access
+                      for b in _blocks(child)]
 
 
 def _mix_weights(labels):
