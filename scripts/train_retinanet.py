@@ -79,7 +79,7 @@ def build_parser():
                         sorted(a[len('retinanet_'):] for a in RETINANET_ARCHS))
     cli.add_training_args(parser, epochs=None, lr=None, lr_decay_epoch=None, batch_size=2,
                           wd=None, save_interval=1, lr_warmup=None, warmup_unit='iterations',
-                          scale_out=('syncbn', 'amp'))
+                          scale_out=('syncbn', 'dali', 'amp'))
     add('--iters', type=int, default=None,
         help='train this many iterations instead of --epochs (ODTK; with --milestones)')
     add('--milestones', type=_ints, default=(),
@@ -214,6 +214,9 @@ def main(argv=None):
     if args.freeze_blocks and not args.network.startswith('resnet'):
         raise SystemExit('%s: error: --freeze-blocks needs a ResNet backbone, not %s'
                          % (os.path.basename(sys.argv[0]), args.network))
+    if args.dali and args.auto_augment:
+        raise SystemExit('%s: error: --dali does not run --auto-augment; leave one of them out'
+                         % os.path.basename(sys.argv[0]))
     resolved, defaults_used = cli.dataset_defaults(args, DATASET_DEFAULTS, fallback='coco',
                                                    origin='ODTK')
     overrides, l1, reg_line = regularization(args)

@@ -91,6 +91,17 @@ class RetinaNetTask(KeepRatioTask):
     def train_dataset(self):
         return self._train.transform(self.train_transform())
 
+    def dali_train_data(self, sampler, config, runtime):
+        """The training batches read by DALI (``config.dali``): `RCNNTrainTransform` and
+        the padding to the net's multiple there
+        (:class:`~gluondet.data.dali.KeepRatioDaliAugment`)."""
+        from ..data import dali
+        if self.augment is not None:
+            raise ValueError('--dali does not run auto_augment; train without one of them')
+        augment = dali.KeepRatioDaliAugment(self.short, self.max_size, self.multiple)
+        return dali.DaliTrainData(augment, self._train, sampler, config.seed,
+                                  config.num_workers, dali.dali_device(runtime.ctx))
+
     def losses(self, net, parts):
         losses = self.loss(*dense_targets(net, parts, self.targets))
         if self.l1:

@@ -130,6 +130,14 @@ class SSDTask(DetectionTask):
     def train_dataset(self):
         return self._train.transform(SSDTrainTransform(self.width, self.height, zoom=self.zoom))
 
+    def dali_train_data(self, sampler, config, runtime):
+        """The training batches read by DALI (``config.dali``), `SSDTrainTransform`'s
+        augmentation there (:class:`~gluondet.data.dali.SSDDaliAugment`)."""
+        from ..data import dali
+        return dali.DaliTrainData(dali.SSDDaliAugment(self.width, self.height, zoom=self.zoom),
+                                  self._train, sampler, config.seed, config.num_workers,
+                                  dali.dali_device(runtime.ctx))
+
     def losses(self, net, parts):
         _, cls_losses, box_losses = self.loss(*dense_targets(net, parts, self.targets))
         return {'loss_cls': cls_losses, 'loss_box': box_losses}
