@@ -15,11 +15,16 @@ def _demo_arguments(parser):
                         help='which recipe (make demo runs the SSD one)')
     parser.add_argument('--epochs', type=int, help="training epochs (default: the recipe's)")
     parser.add_argument('--seed', type=int, help="random seed (default: the recipe's)")
+    parser.add_argument('--amp', action='store_true',
+                        help='mixed precision (bfloat16 on CPUs, float16 on GPUs)')
+    parser.add_argument('--dali', action='store_true',
+                        help='NVIDIA DALI data loading (the SSD and RetinaNet recipes)')
 
 
 def _demo(args):
     from . import demo
-    demo.run_demo(args.output, args.detector, epochs=args.epochs, seed=args.seed)
+    demo.run_demo(args.output, args.detector, epochs=args.epochs, seed=args.seed,
+                  amp=args.amp, dali=args.dali)
     return 0
 
 

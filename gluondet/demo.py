@@ -116,7 +116,7 @@ NETWORK, EPOCHS, SEED = RECIPES['ssd'].network, RECIPES['ssd'].epochs, RECIPES['
 
 
 def run_demo(output_dir='demo_out', detector='ssd', epochs=None, num_train=NUM_TRAIN,
-             num_val=NUM_VAL, seed=None, num_workers=0, data_root=None):
+             num_val=NUM_VAL, seed=None, num_workers=0, data_root=None, **settings):
     """Train a demo recipe, print its final val mAP, save a preview of its detections.
 
     Parameters
@@ -135,6 +135,8 @@ def run_demo(output_dir='demo_out', detector='ssd', epochs=None, num_train=NUM_T
         the fastest on two cores).
     data_root : str, optional
         Cache folder of the demo images.
+    **settings
+        `TrainConfig` fields over the recipe's, e.g. ``amp=True`` or ``dali=True``.
 
     Returns
     -------
@@ -150,7 +152,7 @@ def run_demo(output_dir='demo_out', detector='ssd', epochs=None, num_train=NUM_T
     val = DemoDetection('val', num_val, seed=DATA_SEED, root=data_root)
     task = recipe.make_task(train, val, num_workers)
     config = TrainConfig.from_dict(dict(
-        recipe.settings, epochs=epochs, seed=recipe.seed if seed is None else seed,
+        recipe.settings, **settings, epochs=epochs, seed=recipe.seed if seed is None else seed,
         num_workers=num_workers, gpus='', save_prefix=os.path.join(output_dir, recipe.network)),
         source='the %s demo recipe' % detector)
     start = time.time()

@@ -4,7 +4,8 @@ plus gluondet's dataset flags).
 
 GluonCV's per-dataset defaults (``DATASET_DEFAULTS``) fill only the flags left unset and
 are printed in the log; the flags gluondet's engine makes unnecessary are accepted with a
-notice (``notices``); the scale-out ones are refused until they are built.
+notice (``notices``); ``--amp``, ``--horovod`` and ``--norm-layer syncbn`` run through the
+engine (docs/distributed.md).
 
 Examples
 --------
@@ -68,7 +69,10 @@ def build_parser():
                           mixup=True, scale_out=('amp',), kv_store='nccl')
     add('--verbose', action='store_true', help='log the names of the trainable parameters')
     add('--norm-layer', default=None, choices=['syncbn'],
-        help='unset: frozen BatchNorm in the backbone, none in the heads (GluonCV)')
+        help='unset: frozen BatchNorm in the backbone, none in the heads (GluonCV). syncbn: '
+             "GluonCV's faster_rcnn_fpn_syncbn_{network} (FPN implied), trainable BatchNorm "
+             'in the backbone, the FPN and the box head, synchronized across horovodrun\'s '
+             'processes or the GPUs of one process (not with a dist --kv-store)')
     add('--rpn-smoothl1-rho', type=float, default=1. / 9.,
         help='RPN box regression: transition point from L1 to L2 (0: L1)')
     add('--rcnn-smoothl1-rho', type=float, default=1.,
@@ -89,19 +93,25 @@ def parse_args(argv=None):
 
 
 def network_name(args):
-    """GluonCV's naming, ``faster_rcnn_[fpn_]{network}_{voc|coco|custom}``.
+    """GluonCV's naming, ``faster_rcnn_[fpn_][syncbn_]{network}_{voc|coco|custom}``.
+
+    ``--norm-layer syncbn`` implies ``--use-fpn`` (GluonCV has synchronized BatchNorm
+    only with FPN; without ``--use-fpn`` its script names a network it lacks).
 
     Data with classes of its own (``--classes``, ``--train-json``, demo, kitti) takes the
     ``custom`` variant; so does a network the zoo has no ``voc`` or ``coco`` variant of
     (FPN on VOC, ResNet-18: GluonCV lacks them too), with the dataset's classes.
     """
-    arch = 'faster_rcnn_%s%s' % ('fpn_' if args.use_fpn else '', args.network)
+    syncbn = args.norm_layer == 'syncbn'
+    arch = 'faster_rcnn_%s%s%s' % ('fpn_' if args.use_fpn or syncbn else '',
+                                   'syncbn_' if syncbn else '', args.network)
     if arch not in FASTER_RCNN_ARCHS:
+        flags = ' with --norm-layer syncbn' if syncbn else ' with --use-fpn' if args.use_fpn else ''
         raise SystemExit('%s: error: no Faster R-CNN on --network %s%s in gluondet; it has %s'
-                         % (os.path.basename(sys.argv[0]), args.network,
-                            ' with --use-fpn' if args.use_fpn else '', ', '.join(sorted(
-                                {a.replace('faster_rcnn_', '').replace('fpn_', '')
-                                 for a in FASTER_RCNN_ARCHS}))))
+                         % (os.path.basename(sys.argv[0]), args.network, flags, ', '.join(sorted(
+                             {a.replace('faster_rcnn_', '').replace('fpn_', '')
+                              .replace('syncbn_', '') for a in FASTER_RCNN_ARCHS
+                              if a.startswith('faster_rcnn_fpn_syncbn_') == syncbn}))))
     dataset = cli.zoo_dataset(args)
     if dataset not in FASTER_RCNN_ARCHS[arch]['datasets']:
         dataset = 'custom'
@@ -111,6 +121,9 @@ def network_name(args):
 def notices(args, name):
     """One line per choice the user should know of: a ``_custom`` fallback, ignored flags."""
     lines = []
+    if args.norm_layer == 'syncbn' and not args.use_fpn:
+        lines.append('--norm-layer syncbn: training %s, with FPN (GluonCV has synchronized '
+                     'BatchNorm only with FPN)' % name)
     dataset = cli.zoo_dataset(args)
     if dataset != 'custom' and name.endswith('_custom'):
         lines.append('GluonCV has no %s_%s: training %s on the %s classes'
@@ -134,7 +147,8 @@ def main(argv=None):
     task = FasterRCNNTask(name, train_dataset, val_dataset, short=args.image_short,
                           max_size=args.image_max_size, pretrained_base=args.pretrained_base,
                           rpn_rho=args.rpn_smoothl1_rho, rcnn_rho=args.rcnn_smoothl1_rho,
-                          num_workers=args.num_workers)
+                          num_workers=args.num_workers,
+                          model_kwargs={'norm_layer': 'syncbn'} if args.norm_layer else None)
     config = cli.train_config(resolved, args.save_prefix + name)
     startup = cli.StartupLog([defaults_used] + notices(args, name), trainable=args.verbose)
     result = fit(task, config, hooks=[startup])

@@ -1,5 +1,8 @@
 """The demo recipes: their plumbing at a tiny budget, and (slow) that they learn to mAP >= 0.9."""
 import os
+import re
+import subprocess
+import sys
 
 import pytest
 
@@ -21,9 +24,22 @@ def test_run_demo_trains_prints_map_and_draws_a_preview(tmp_path, capsys, detect
 
 @pytest.mark.parametrize('detector', [      # minutes beside another training, in CI's order
     pytest.param('faster_rcnn', marks=pytest.mark.slow(minutes=7)),
-    pytest.param('retinanet', marks=pytest.mark.slow(minutes=6.5)),
-    pytest.param('ssd', marks=pytest.mark.slow(minutes=5))])
+    pytest.param('retinanet', marks=pytest.mark.slow(minutes=6.5))])
 def test_demo_recipe_reaches_map_0_9_from_scratch(tmp_path, detector):
     """Each recipe's fixed, seeded budget (`gluondet.demo`: 5 to 7 minutes on a core)."""
     metrics = demo.run_demo(str(tmp_path), detector)
     assert metrics['mAP'] >= 0.9, metrics
+
+
+@pytest.mark.slow(minutes=8)
+def test_ssd_recipe_reaches_map_0_9_and_bfloat16_stays_within_0_03(tmp_path):
+    """The SSD recipe in float32 (here), then with ``gluondet demo --amp`` in a process of its
+    own (AMP converts a whole process): bfloat16 on this CPU, the same budget."""
+    metrics = demo.run_demo(str(tmp_path / 'float32'), 'ssd')
+    assert metrics['mAP'] >= 0.9, metrics
+    out = subprocess.run([sys.executable, '-m', 'gluondet', 'demo', '--amp', '--output',
+                          str(tmp_path / 'bfloat16')], capture_output=True, text=True,
+                         timeout=900)
+    assert out.returncode == 0, out.stderr[-3000:]
+    amp_map = float(re.search(r'VOC07 mAP ([0-9.]+)', out.stdout).group(1))
+    assert abs(amp_map - metrics['mAP']) <= 0.03, (amp_map, metrics['mAP'])

@@ -71,6 +71,20 @@ def test_two_ranks_of_half_a_batch_train_as_one_process_of_the_whole(tmp_path, d
         assert all(abs(one[k] - two[k]) < 1e-5 * max(1, abs(one[k])) for k in one), (one, two)
 
 
+def test_two_ranks_train_faster_rcnn_with_synchronized_batch_norm(tmp_path, demo):
+    """``--norm-layer syncbn``: the FPN syncbn network, one image per rank, BatchNorm
+    synchronized in the backbone, the FPN and the box head; both ranks end equal, running
+    statistics included."""
+    out = tmp_path / 'out'
+    spec = run_spec('frcnn_syncbn', out, out / 'frcnn', batch_size=2, epochs=1, max_iters=3)
+    code, log, _ = _horovod(tmp_path, demo, 'frcnn_syncbn', spec)
+    assert code == 0, log[-3000:]
+    ranks = [load_params(out / ('rank%d.params' % r)) for r in range(2)]
+    assert identical(*ranks)
+    stats = [k for k in ranks[0] if k.endswith('running_mean')]
+    assert len(stats) == 20 + 9 + 1 and all(np.abs(ranks[0][k]).max() > 0 for k in stats)
+
+
 @pytest.mark.parametrize('kind', ['raise', 'kill'])
 def test_a_failing_rank_ends_the_job(tmp_path, demo, kind):
     spec = run_spec('toy', tmp_path / 'out', tmp_path / 'toy', batch_size=8, epochs=3,
@@ -109,7 +123,7 @@ def test_resume_on_another_number_of_processes_says_what_changes(tmp_path, demo)
 SCRIPTS = {
     'train_ssd.py': ('ssd_300_mobilenet0.25_custom',
                      ['--backbone', 'mobilenet0.25', '--data-shape', '128', '--batch-size', '4',
-                      '--syncbn']),
+                      '--syncbn', '--amp']),
     'train_faster_rcnn.py': ('faster_rcnn_fpn_resnet18_v1b_custom',
                              ['--backbone', 'resnet18_v1b', '--use-fpn', '--image-short', '128',
                               '--image-max-size', '160', '--batch-size', '2']),
@@ -122,7 +136,7 @@ SCRIPTS = {
 @pytest.mark.parametrize('script', sorted(SCRIPTS))
 def test_scripts_run_under_horovodrun_as_users_type_them(script, tmp_path):
     """``horovodrun -np 2 python scripts/X.py --horovod --backbone ...`` on demo data (SSD and
-    RetinaNet with ``--syncbn``)."""
+    RetinaNet with ``--syncbn``, SSD also with ``--amp``)."""
     need_horovod()
     name, argv = SCRIPTS[script]
     command = small_demo_command(os.path.join(ROOT, 'scripts', script), train=8, val=4) + argv + [
@@ -131,7 +145,9 @@ def test_scripts_run_under_horovodrun_as_users_type_them(script, tmp_path):
     code, log, _ = horovodrun(command, tmp_path, env={'GLUONDET_HOME': str(tmp_path / 'home')})
     assert code == 0, log[-3000:]
     assert log.count('<stdout>:final: ') == 1 and '[0]<stdout>:final: ' in log, log[-2000:]
-    assert 'horovod=True' in (tmp_path / (name + '_train.log')).read_text()
+    train_log = (tmp_path / (name + '_train.log')).read_text()
+    assert 'horovod=True' in train_log
+    assert ('AMP: bfloat16 operators on cpu(0)' in train_log) == ('--amp' in argv)
     assert not list(tmp_path.glob('*rank*'))
 
 

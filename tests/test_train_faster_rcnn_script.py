@@ -175,6 +175,12 @@ def test_new_engine_flags_reach_the_config():
     (('--network', 'resnet18_v1b', '--use-fpn', '--dataset', 'demo'),
      'faster_rcnn_fpn_resnet18_v1b_custom'),
     (('--dataset', 'kitti'), 'faster_rcnn_resnet50_v1b_custom'),
+    (('--dataset', 'coco', '--use-fpn', '--norm-layer', 'syncbn'),
+     'faster_rcnn_fpn_syncbn_resnet50_v1b_coco'),
+    (('--dataset', 'coco', '--norm-layer', 'syncbn'),                 # FPN implied
+     'faster_rcnn_fpn_syncbn_resnet50_v1b_coco'),
+    (('--network', 'resnet18_v1b', '--dataset', 'demo', '--norm-layer', 'syncbn'),
+     'faster_rcnn_fpn_syncbn_resnet18_v1b_custom'),
 ])
 def test_network_names_as_gluoncv(argv, name):
     assert _script().network_name(_parse(*argv)) == name
@@ -191,6 +197,10 @@ def test_notices_for_fallbacks_and_flags_the_engine_does_not_need():
     assert lines[1].startswith('--executor-threads 4: ignored, MXNet already runs')
     assert lines[2].startswith('--static-alloc: ignored, the engine always hybridizes')
     assert len(lines) == 3
+    args = _parse('--dataset', 'coco', '--norm-layer', 'syncbn')
+    assert script.notices(args, script.network_name(args)) == [
+        '--norm-layer syncbn: training faster_rcnn_fpn_syncbn_resnet50_v1b_coco, with FPN '
+        '(GluonCV has synchronized BatchNorm only with FPN)']
 
 
 def test_the_log_gets_the_lines_and_with_verbose_the_trainable_parameters(caplog):
@@ -209,12 +219,13 @@ def test_the_log_gets_the_lines_and_with_verbose_the_trainable_parameters(caplog
 
 
 @pytest.mark.parametrize('argv, message', [
-    (('--amp',), '--amp: not available'),
-    (('--norm-layer', 'syncbn'), '--norm-layer syncbn: not available'),
     (('--kv-store', 'dist_sync'), 'kv_store dist_sync: this process was not started by '
                                   'a parameter-server launcher'),
     (('--horovod', '--gpus', '0'), 'horovod: gpus=\'0\' asks for GPUs, but this machine has none'),
     (('--network', 'resnet101_v1d'), 'no Faster R-CNN on --network resnet101_v1d in gluondet'),
+    (('--network', 'resnet34_v1b', '--norm-layer', 'syncbn'),
+     'no Faster R-CNN on --network resnet34_v1b with --norm-layer syncbn in gluondet; it has '
+     'resnet18_v1b, resnet50_v1b'),
 ])
 def test_refusals_are_one_line_without_a_traceback(argv, message, tmp_path):
     out = run(SCRIPT, '--dataset', 'demo', '--gpus', '', *argv, cwd=str(tmp_path),

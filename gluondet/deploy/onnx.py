@@ -40,7 +40,7 @@ from ..model_zoo.retinanet import RetinaNet
 from ..nn.roi import fpn_levels
 from .onnx_graph import (GraphBuilder, add_rcnn_postprocess, add_retinanet_postprocess,
                          add_roi_align, add_rpn_proposals, add_ssd_postprocess)
-from .symbol import input_shape, rcnn_body, ssd_body
+from .symbol import check_float32_process, input_shape, rcnn_body, ssd_body
 
 __all__ = ['export_onnx', 'UnsupportedOperatorError', 'OPSET']
 
@@ -130,6 +130,7 @@ def export_onnx(net, path, data_shape, batch_size=1, dynamic_batch=False, opset=
     """
     if opset != OPSET:
         raise ValueError('export_onnx: only opset %d is supported, got %r' % (OPSET, opset))
+    check_float32_process('export_onnx')
     shape = input_shape(data_shape, batch_size)
     build = _rcnn_graph if isinstance(net, FasterRCNN) else _ssd_graph
     graph, rows, props = build(net, shape, dynamic_batch)

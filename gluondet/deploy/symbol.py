@@ -4,7 +4,7 @@ import numpy as np
 from mxnet import autograd, gluon
 from mxnet.gluon.parameter import DeferredInitializationError
 
-__all__ = ['export_symbol', 'ssd_body', 'rcnn_body', 'RCNNBody', 'input_shape']
+__all__ = ['check_float32_process', 'export_symbol', 'ssd_body', 'rcnn_body', 'RCNNBody', 'input_shape']
 
 
 def input_shape(data_shape, batch_size=1):
@@ -20,6 +20,17 @@ def _context(net):
         except RuntimeError:  # not initialized yet
             continue
     return mx.cpu()
+
+
+def check_float32_process(what):
+    """Raise if MXNet's AMP runs in this process: ``what`` (an export) would record its
+    low-precision casts in the graph."""
+    from mxnet.contrib.amp import amp
+    if amp._amp_initialized:
+        raise RuntimeError('%s: AMP (%s) converts every operator of this process, so the '
+                           'exported graph would not be float32; export from a new process '
+                           '(gluondet export ...)'
+                           % (what, getattr(amp, '_gluondet_dtype', 'float16 or bfloat16')))
 
 
 def export_symbol(net, prefix, data_shape, batch_size=1):
@@ -48,6 +59,7 @@ def export_symbol(net, prefix, data_shape, batch_size=1):
     (str, str)
         The symbol and parameter file names.
     """
+    check_float32_process('export_symbol')
     net.hybridize()
     with autograd.predict_mode():
         net(mx.nd.zeros(input_shape(data_shape, batch_size), ctx=_context(net)))

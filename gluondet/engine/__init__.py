@@ -70,6 +70,11 @@ Optional, each with the default behaviour when absent:
     (its raw dataset wrapped in ``gluondet.data.mixup.MixupDetection``,
     labels with a 7th weight column). ``config.mixup`` with a task without
     it is an error.
+``dali_train_data(sampler, config, runtime) -> data``
+    The training data read by NVIDIA DALI (``config.dali``; ``gluondet.data.dali``):
+    an object with ``iters_per_epoch`` and ``epoch(epoch, start)`` as `TrainData`,
+    over the batches of ``sampler`` (the task's or an `EpochBatchSampler`).
+    ``config.dali`` with a task without it is an error.
 
 Optimization
 ------------

@@ -124,6 +124,13 @@ class TrainConfig:
     hang_timeout : float
         With several processes, a process that makes no progress for this many seconds
         ends the job (`watchdog.Watchdog`); 0: never.
+    amp : bool
+        Automatic mixed precision (`precision`): float16 on GPUs (with multi-precision
+        optimizer updates and dynamic loss scaling), bfloat16 on CPUs. MXNet's AMP
+        converts the operators of the whole process and cannot be undone.
+    dali : bool
+        Read and augment the training data with NVIDIA DALI (`gluondet.data.dali`): on
+        the GPU when training on GPUs, on the CPU otherwise. The task must support it.
     """
 
     gpus: str = ''
@@ -166,6 +173,8 @@ class TrainConfig:
     horovod: bool = False
     kv_store: str = 'device'
     hang_timeout: float = 600.0
+    amp: bool = False
+    dali: bool = False
 
     def __post_init__(self):
         object.__setattr__(self, 'lr_decay_epoch', _epoch_list(self.lr_decay_epoch))

@@ -184,9 +184,12 @@ def average_statistics(runtime, net):
 
 
 def optimizer_params(config):
-    """``learning_rate``, ``wd``, if the optimizer takes it ``momentum``, and
-    ``clip_gradient`` when ``config.clip_gradient > 0``."""
+    """``learning_rate``, ``wd``, if the optimizer takes it ``momentum``,
+    ``clip_gradient`` when ``config.clip_gradient > 0``, and with AMP on GPUs
+    ``multi_precision`` (float32 master copies of any float16 weights, as GluonCV)."""
     params = {'learning_rate': config.lr, 'wd': config.wd}
+    if config.amp and config.gpus:
+        params['multi_precision'] = True
     if config.clip_gradient > 0:
         params['clip_gradient'] = config.clip_gradient
     cls = mx.optimizer.Optimizer.opt_registry[config.optimizer.lower()]

@@ -4,9 +4,10 @@ from typing import Optional
 
 from mxnet import autograd, gluon, nd
 
+from . import precision
 from .checkpoint import Checkpointer
 from .context import average_statistics
-from .data import TrainData, seed_all
+from .data import EpochBatchSampler, TrainData, seed_all
 from .distributed import make_runtime
 from .hooks import ValidationHook, default_hooks
 from .watchdog import Watchdog
@@ -125,7 +126,7 @@ class TrainLoop:
         parts = split_batch(batch, self.runtime.ctx)
         with autograd.record():
             losses = self.task.losses(self.net, parts)
-            totals = _per_context_totals(losses, len(parts))
+            totals = precision.scaled(_per_context_totals(losses, len(parts)), self.trainer)
         autograd.backward(totals)
         self.trainer.step(1)
         self.state.set_losses(losses)
@@ -162,6 +163,14 @@ def train_data(task, config, runtime):
     sampler = None if make_sampler is None else make_sampler(
         len(dataset), batch_size=batch_size, seed=config.seed, rank=runtime.rank,
         world_size=runtime.world_size)
+    if config.dali:     # the task's DALI pipeline over the same batches (gluondet.data.dali)
+        make_dali = getattr(task, 'dali_train_data', None)
+        if make_dali is None:
+            raise ValueError('config.dali: task %s does not read its data with DALI (SSD and '
+                             'RetinaNet do)' % type(task).__name__)
+        return make_dali(sampler or EpochBatchSampler(len(dataset), batch_size, config.seed,
+                                                      runtime.rank, runtime.world_size),
+                         config, runtime)
     return TrainData(dataset, task.train_batchify, batch_size, config.num_workers, config.seed,
                      runtime.rank, runtime.world_size, sampler=sampler,
                      mixup_epochs=config.mixup_epochs)
@@ -226,6 +235,7 @@ def _build_and_train(task, config, runtime, hooks):
     """Build the net, data, trainer and hooks of `fit`, resume if asked, train; returns
     ``(loop, checkpointer)``."""
     seed_all(config.seed)
+    dtype = precision.init_amp(runtime.ctx) if config.amp else None
     net = task.build_net(list(runtime.ctx))
     runtime.broadcast_parameters(net)
     params = trainable_params(task, net)     # before the graph is built: frozen ones get no grad
@@ -239,6 +249,8 @@ def _build_and_train(task, config, runtime, hooks):
     checkpointer = Checkpointer(config.save_prefix, task.meta(), config, runtime.is_main)
     reporter = Reporter(config.save_prefix, config.logdir, runtime.is_main)
     all_hooks = default_hooks(task, config, schedule, checkpointer, reporter) + list(hooks)
+    if dtype:
+        all_hooks.append(precision.AMPHook(trainer, dtype))
     if runtime.world_size > 1 and config.hang_timeout:
         all_hooks.append(Watchdog(config.hang_timeout, runtime.describe()))
     # an iteration budget (ODTK's) sets the epochs: the last one stops at max_iters

@@ -6,6 +6,7 @@ from mxnet import gluon
 from mxnet.gluon import nn
 
 from ..nn import BoxCenterDecoder, MultiClassNMS, SSDAnchorGenerator
+from ..nn.precision import keep_float32
 from . import gluoncv_compat, registry
 from .detector import custom_builder, dataset_builder
 from .single_stage import SingleStageDetector
@@ -83,6 +84,7 @@ class SSDFeatures(gluon.HybridBlock):
             self.extras = nn.HybridSequential()
             for layer in extras:
                 self.extras.add(layer)
+        keep_float32(self.extras)      # their tiny maps: see gluondet.nn.precision
 
     def hybrid_forward(self, F, x):
         outputs = list(self.backbone(x))

@@ -18,7 +18,6 @@ from ..engine.distributed import check_launch
 LOG = logging.getLogger('gluondet')
 
 SCALE_OUT_FLAGS = ('syncbn', 'dali', 'amp')
-NOT_BUILT = ('dali', 'amp')
 
 
 def add_training_args(parser, epochs, lr, lr_decay_epoch, batch_size, wd=0.0005,
@@ -31,7 +30,7 @@ def add_training_args(parser, epochs, lr, lr_decay_epoch, batch_size, wd=0.0005,
     ``--lr-warmup`` counts: ``'epochs'`` (gluondet's SSD) or ``'iterations'`` (GluonCV's
     Faster R-CNN, where ``-1`` is none). ``mixup`` adds ``--mixup`` and
     ``--no-mixup-epochs`` (for a task with ``supports_mixup``). ``scale_out`` names the
-    script's scale-out on/off flags (`check_scale_out` refuses those of `NOT_BUILT`).
+    script's scale-out on/off flags.
     ``kv_store`` is the
     default of ``--kv-store`` (GluonCV's Faster R-CNN: ``nccl``).
     """
@@ -116,30 +115,35 @@ def add_training_args(parser, epochs, lr, lr_decay_epoch, batch_size, wd=0.0005,
     helps = {'syncbn': 'BatchNorm statistics over the whole batch: across horovodrun\'s '
                        'processes, or the GPUs of one process',
              'dali': 'NVIDIA DALI data loading',
-             'amp': 'automatic mixed precision'}
+             'amp': 'automatic mixed precision: float16 on GPUs, bfloat16 on CPUs'}
     for flag in scale_out:
         add('--' + flag, action='store_true', help=helps[flag])
 
 
 def check_scale_out(args):
-    """Refuse the scale-out flags that are not implemented yet, rather than ignore them (the
-    on/off flags of `NOT_BUILT` and ``--norm-layer syncbn``, whichever the script has),
-    and ``--horovod`` or a dist ``--kv-store`` this process cannot run
-    (`engine.distributed.check_launch`), before any data is read."""
+    """Refuse ``--horovod`` or a dist ``--kv-store`` this process cannot run
+    (`engine.distributed.check_launch`), and synchronized BatchNorm (``--syncbn``,
+    ``--norm-layer syncbn``) on the parameter server, ``--amp`` with dist_async, before any
+    data is read."""
     try:
         check_launch(args)
     except ValueError as err:
         raise _user_error(err) from None
-    if getattr(args, 'syncbn', False) and args.kv_store.startswith('dist'):
-        raise _user_error('--syncbn synchronizes BatchNorm across Horovod processes, not across '
+    sync = ('--syncbn' if getattr(args, 'syncbn', False) else
+            '--norm-layer syncbn' if getattr(args, 'norm_layer', None) == 'syncbn' else None)
+    if sync and args.kv_store.startswith('dist'):
+        raise _user_error('%s synchronizes BatchNorm across Horovod processes, not across '
                           'parameter-server workers (--kv-store %s): use horovodrun ... '
-                          '--horovod' % args.kv_store)
-    asked = ['--' + f for f in NOT_BUILT if getattr(args, f, False)]
-    if getattr(args, 'norm_layer', None) == 'syncbn':
-        asked.append('--norm-layer syncbn')
-    if asked:
-        raise SystemExit('%s: not available in this version of gluondet yet; run without it'
-                         % ', '.join(asked))
+                          '--horovod' % (sync, args.kv_store))
+    if getattr(args, 'amp', False) and args.kv_store == 'dist_async':
+        raise _user_error('--amp checks the gradients before each update, which --kv-store '
+                          'dist_async makes on the servers: use dist_sync')
+    if getattr(args, 'dali', False):
+        from ..data.dali import require_dali
+        try:
+            require_dali()
+        except ImportError as err:
+            raise _user_error(err) from None
 
 
 def class_mapping(text):
@@ -206,7 +210,8 @@ def train_config(args, save_prefix, **overrides):
         save_prefix=save_prefix, save_interval=args.save_interval,
         val_interval=args.val_interval, seed=args.seed, logdir=args.logdir,
         hybridize=args.hybridize, horovod=args.horovod, kv_store=args.kv_store,
-        hang_timeout=args.hang_timeout, **warmup)
+        hang_timeout=args.hang_timeout, amp=getattr(args, 'amp', False),
+        dali=getattr(args, 'dali', False), **warmup)
     if hasattr(args, 'mixup'):
         values.update(mixup=args.mixup, no_mixup_epochs=args.no_mixup_epochs)
     values.update(overrides)
