@@ -52,6 +52,7 @@ setup(
         'requests',
         'tqdm',
         'tensorboardX',
+        'pyyaml',       # gluondet train's YAML experiment specs
     ],
     extras_require={
         'cpu': ['mxnet==1.9.1'],

@@ -45,7 +45,7 @@ def _classes(text):
 
 def _model_arguments(parser):
     add = parser.add_argument
-    add('--model', required=True,
+    add('-m', '--model', required=True,
         help='a model zoo name (with --params or --pretrained), a training output '
              'PREFIX_best.params (its json beside), a symbol PREFIX, a .onnx file or a TensorRT '
              '.engine file (its json beside); SSD or Faster R-CNN, preprocessed as the model '
@@ -94,6 +94,9 @@ def _export_arguments(parser):
     add('--calibration-cache', help='int8: calibration cache file, reused if it exists')
     add('--calibration-method', choices=('minmax', 'percentile'),
         help='onnx int8: how activation ranges are chosen (default minmax)')
+    add('--gen-ds-config', action='store_true',
+        help='onnx, tensorrt: also write a DeepStream nvinfer config (nvinfer_config.txt) and '
+             'labels.txt beside the model')
 
 
 def _export(args):
@@ -105,7 +108,7 @@ def _export(args):
         dynamic_batch=args.dynamic_batch, precision=args.precision,
         calibration_images=args.calibration_images,
         calibration_batches=args.calibration_batches, calibration_cache=args.calibration_cache,
-        calibration_method=args.calibration_method)
+        calibration_method=args.calibration_method, gen_ds_config=args.gen_ds_config)
 
 
 def _infer_arguments(parser):
@@ -131,8 +134,9 @@ def _infer(args):
 def _evaluate_arguments(parser):
     _model_arguments(parser)
     add = parser.add_argument
-    add('--dataset', required=True, choices=('voc', 'coco', 'kitti'),
-        help='labelled with the classes of the model')
+    add('--dataset', choices=('voc', 'coco', 'kitti', 'rec'),
+        help='labelled with the classes of the model (rec: RecordIO files, --rec); required '
+             'unless -e names a spec')
     add('--dataset-root',
         help='the data, or a folder holding it (default ~/.mxnet/datasets, GluonCV\'s, with '
              'voc/VOC2007 and coco/annotations): voc: a VOC folder, VOCdevkit or LabelImg '
@@ -146,16 +150,102 @@ def _evaluate_arguments(parser):
     add('--annotation-file', help='coco: a COCO json (instead of --dataset-root)')
     add('--image-root', help="coco: the folder the json's file names are relative to "
                              "(default: the json's folder)")
+    add('--rec', '--val-rec', dest='records',
+        help='rec: a .rec file or a glob of shards (gluondet convert), as train_*.py --val-rec')
+    add('--iou-thresh', type=float,
+        help="least IoU of a match (default 0.5, or the spec's matching_iou_threshold)")
+    add('--ap', choices=('11point', 'area'),
+        help="VOC07's 11-point AP (TAO's SAMPLE, the default) or the area under the PR curve "
+             "(INTEGRATE; default with -e: the spec's average_precision_mode)")
+    from .tools import spec_cli
+    spec_cli.add_spec_arguments(parser)
 
 
 def _evaluate(args):
     from .deploy import infer
+    if args.experiment_spec:
+        from .tools import spec_cli
+        return spec_cli.evaluate(args)
+    if args.dataset is None:
+        raise SystemExit('gluondet evaluate: error: give --dataset (or -e SPEC)')
+    if args.key:
+        print('gluondet evaluate: -k: ignored', file=sys.stderr)
     return infer.run_command(
         'evaluate', infer.evaluate_model, model=args.model, dataset=args.dataset,
         dataset_root=args.dataset_root, split=args.split, annotation_file=args.annotation_file,
         image_root=args.image_root, backend=args.backend, params=args.params,
         pretrained=args.pretrained, data_shape=args.data_shape, classes=args.classes,
-        batch_size=args.batch_size)
+        batch_size=args.batch_size, records=args.records, iou_thresh=args.iou_thresh or 0.5,
+        ap=args.ap or '11point')
+
+
+def _train_arguments(parser):
+    from .tools import spec_cli
+    spec_cli.add_train_arguments(parser)
+
+
+def _train(args):
+    from .tools import spec_cli
+    return spec_cli.train(args)
+
+
+def _inference_arguments(parser):
+    from .tools import spec_cli
+    spec_cli.add_inference_arguments(parser)
+
+
+def _inference(args):
+    from .tools import spec_cli
+    return spec_cli.inference(args)
+
+
+def _convert_arguments(parser):
+    from .tools import convert
+    convert.add_arguments(parser)
+
+
+def _convert(args):
+    from .tools import convert
+    return convert.main(args)
+
+
+def _prune_arguments(parser):
+    add = parser.add_argument
+    add('-m', '--model', required=True,
+        help='a training output PREFIX_best.params (its json beside), or a pruned model')
+    add('-o', '--output', '--output_file', dest='output', required=True,
+        help='the pruned model: OUT.params (or OUT) and OUT.json beside it')
+    add('-n', '--normalizer', default='max',
+        help="max or L2: per-layer normalization of the filter norms: max divides by the "
+             "layer's largest, L2 by their L2 norm times their number")
+    add('-eq', '--equalization_criterion', '--equalization-criterion', dest='equalization',
+        default='union',
+        help='how the scores of layers whose outputs are added together are merged per '
+             'channel: union (max), intersection (min), arithmetic_mean, geometric_mean')
+    add('-pth', '--pruning_threshold', '--pruning-threshold', dest='threshold', type=float,
+        default=0.1, help='channels whose normalized score is not above this are removed')
+    add('-nf', '--min_num_filters', '--min-num-filters', dest='min_filters', type=int,
+        default=16, help='least number of filters a layer keeps')
+    add('-pg', '-g', '--pruning_granularity', '--pruning-granularity', dest='granularity',
+        type=int, default=8, help='a layer keeps a multiple of this many filters')
+    add('-el', '--excluded_layers', '--excluded-layers', dest='excluded', nargs='*', default=[],
+        metavar='LAYER',
+        help='layers kept whole, with the layers added to them: their paths, the parameter '
+             "names of the params file less '.weight' (features.backbone.layer1.0.conv1); the "
+             'prediction layers are always kept')
+    add('-k', '--key', help="accepted and ignored (TAO's model key; gluondet models are not "
+                            'encrypted)')
+
+
+def _prune(args):
+    from .deploy.infer import run_command
+    from .tools.prune import prune_model
+    if args.key is not None:
+        print('gluondet prune: -k ignored: gluondet models are not encrypted', file=sys.stderr)
+    return run_command(
+        'prune', prune_model, model=args.model, output=args.output, normalizer=args.normalizer,
+        equalization=args.equalization, threshold=args.threshold,
+        min_filters=args.min_filters, granularity=args.granularity, excluded=args.excluded)
 
 
 def _launch_arguments(parser):
@@ -175,8 +265,18 @@ COMMANDS = [
      _export_arguments, _export),
     ('infer', 'detect objects in images: COCO json, KITTI labels, drawn images',
      _infer_arguments, _infer),
-    ('evaluate', 'VOC07 mAP (and COCO metrics) of a detector on a dataset',
+    ('evaluate', 'VOC07 mAP (and COCO metrics) of a detector on a dataset, or on the '
+     "validation data of an experiment spec (-e, TAO's evaluate)",
      _evaluate_arguments, _evaluate),
+    ('train', "train from an experiment spec: a gluondet .yaml/.json of the training scripts' "
+     "flags or a TAO RetinaNet spec (TAO's train -e SPEC -r RESULTS_DIR)",
+     _train_arguments, _train),
+    ('inference', "TAO's inference: -e SPEC -m MODEL -i IMAGES -o DRAWN [-l LABELS] [-t 0.3] "
+     '(gluondet infer with the spec\'s NMS and batch size)', _inference_arguments, _inference),
+    ('convert', "a dataset to sharded MXNet RecordIO files in GluonCV's detection layout, "
+     "split into folds (NVIDIA TAO's dataset_convert)", _convert_arguments, _convert),
+    ('prune', "remove the filters of least norm from a trained detector (NVIDIA TAO's prune); "
+     'retrain it with --pruned-model', _prune_arguments, _prune),
     ('launch', "start a training on MXNet's parameter server: the scheduler, servers and "
      'workers (--kv-store dist_sync), here or on the hosts of a host file',
      _launch_arguments, _launch),

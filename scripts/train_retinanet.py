@@ -234,7 +234,8 @@ def main(argv=None):
             box_rho=0 if args.box_loss == 'l1' else args.smoothl1_beta,
             class_weights=weights_of(train_dataset.classes, args.class_weights),
             freeze_bn=args.freeze_bn, freeze_blocks=args.freeze_blocks, l1=l1,
-            auto_augment=args.auto_augment, fine_tune=args.fine_tune)
+            auto_augment=args.auto_augment, fine_tune=args.fine_tune,
+            pruned_model=cli.pruned_model(args))
     except ValueError as err:
         raise SystemExit('%s: error: %s' % (os.path.basename(sys.argv[0]), err)) from None
     config = cli.train_config(resolved, args.save_prefix + name, **overrides)

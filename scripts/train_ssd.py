@@ -25,14 +25,18 @@ from gluondet.tasks import SSDTask  # noqa: E402
 from gluondet.tasks import cli  # noqa: E402
 
 
-def parse_args(argv=None):
+def build_parser():
     parser = cli.parser('Train SSD networks.')
     cli.add_network_arg(parser, 'vgg16_atrous',
                         ('vgg16_atrous', 'resnet50_v1', 'mobilenet1.0', 'mobilenet0.25'))
     parser.add_argument('--data-shape', type=int, default=300, help='input size: 300 or 512')
     cli.add_training_args(parser, epochs=240, lr=0.001, lr_decay_epoch='160,200',
                           batch_size=32)
-    return parser.parse_args(argv)
+    return parser
+
+
+def parse_args(argv=None):
+    return build_parser().parse_args(argv)
 
 
 def network_name(args):
@@ -58,7 +62,8 @@ def main(argv=None):
     train_dataset, val_dataset = cli.build_datasets(args)
     task = SSDTask(name, train_dataset, val_dataset, args.data_shape,
                    pretrained_base=args.pretrained_base, num_workers=args.num_workers,
-                   model_kwargs={'norm_layer': 'syncbn'} if args.syncbn else None)
+                   model_kwargs={'norm_layer': 'syncbn'} if args.syncbn else None,
+                   pruned_model=cli.pruned_model(args))
     config = cli.train_config(args, args.save_prefix + name)
     result = fit(task, config)
     cli.print_final(result)

@@ -21,3 +21,19 @@ def jpeg(width=64, height=48):
     ok, data = cv2.imencode('.jpg', np.full((height, width, 3), 90, np.uint8))
     assert ok
     return data.tobytes()
+
+
+def tensorboard_events(logdir):
+    """Every TensorBoard ``Event`` in the event files of ``logdir`` (TFRecord framing)."""
+    import struct
+    from tensorboardX.proto import event_pb2
+    for name in sorted(os.listdir(logdir)):
+        with open(os.path.join(logdir, name), 'rb') as f:
+            data = f.read()
+        pos = 0
+        while pos < len(data):
+            (size,) = struct.unpack('<Q', data[pos:pos + 8])
+            event = event_pb2.Event()
+            event.ParseFromString(data[pos + 12:pos + 12 + size])
+            yield event
+            pos += 12 + size + 4

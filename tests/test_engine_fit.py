@@ -3,7 +3,6 @@ import hashlib
 import json
 import os
 import re
-import struct
 
 import mxnet as mx
 import numpy as np
@@ -11,6 +10,7 @@ import pytest
 
 from gluondet.engine import (CheckpointError, HookBase, NonFiniteLossError, TrainConfig, fit,
                              read_manifest)
+from filetools import tensorboard_events
 from test_engine_toy import ToyNet, ToyTask
 
 
@@ -27,20 +27,8 @@ def _jsonl(prefix):
 
 
 def _event_tags(logdir):
-    """Scalar tags in the TensorBoard event files of ``logdir`` (TFRecord framing)."""
-    from tensorboardX.proto import event_pb2
-    tags = set()
-    for name in os.listdir(logdir):
-        with open(os.path.join(logdir, name), 'rb') as f:
-            data = f.read()
-        pos = 0
-        while pos < len(data):
-            (size,) = struct.unpack('<Q', data[pos:pos + 8])
-            event = event_pb2.Event()
-            event.ParseFromString(data[pos + 12:pos + 12 + size])
-            tags.update(value.tag for value in event.summary.value)
-            pos += 12 + size + 4
-    return tags
+    """Scalar tags in the TensorBoard event files of ``logdir``."""
+    return {value.tag for event in tensorboard_events(logdir) for value in event.summary.value}
 
 
 def test_fit_learns_and_writes_every_log(tmp_path):

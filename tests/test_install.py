@@ -78,7 +78,7 @@ def test_base_package_requires_no_mxnet_and_extras_choose_one():
     cpu = kwargs['install_requires'] + extras['cpu']
     assert sorted(cpu) == sorted(['mxnet==1.9.1', 'numpy<1.24', 'scipy', 'opencv-python',
                                   'pillow', 'defusedxml', 'filelock', 'requests', 'tqdm',
-                                  'tensorboardX'])
+                                  'tensorboardX', 'pyyaml'])
 
 
 def test_constraints_pin_every_gpu_requirement_and_keep_the_cpu_set():

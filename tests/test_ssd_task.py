@@ -173,13 +173,6 @@ def test_script_names_networks_as_gluoncv():
         train_ssd.network_name(args)
 
 
-@pytest.mark.parametrize('flag', ['--amp', '--dali'])
-def test_script_refuses_scale_out_flags_not_built_yet(flag):
-    train_ssd, _ = _script([])
-    with pytest.raises(SystemExit, match=flag + ': not available'):
-        train_ssd.main(['--dataset', 'demo', '--gpus', '', flag])
-
-
 def test_script_asks_for_missing_gpus_clearly():
     train_ssd, _ = _script([])
     if mx.context.num_gpus() > 0:

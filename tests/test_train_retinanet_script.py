@@ -72,7 +72,6 @@ def test_dataset_defaults_are_odtks_and_say_so():
 
 
 @pytest.mark.parametrize('argv, message', [
-    (('--amp',), '--amp: not available'),
     (('--kv-store', 'dist_async'), 'kv_store dist_async: this process was not started by'),
     (('--syncbn', '--kv-store', 'dist_sync'), 'not started by a parameter-server launcher'),
     (('--network', 'vgg16'), 'no RetinaNet on --network vgg16 in gluondet'),

@@ -1,4 +1,4 @@
-"""Detection datasets: VOC, COCO, KITTI and the built-in demo set, and
+"""Detection datasets: VOC, COCO, KITTI, MXNet RecordIO records and the built-in demo set, and
 :func:`resolve_dataset`, which turns the dataset flags of the scripts and commands into one.
 
 Every dataset yields ``(image, label)``: ``image`` an ``mx.nd.NDArray`` H x W x 3
@@ -9,8 +9,10 @@ from .base import DatasetError, DatasetReport, DetectionDataset
 from .coco import COCODetection
 from .demo import DemoDetection
 from .kitti import KITTIDetection, write_kitti
+from .record import RecordDetection
 from .resolve import DATASETS, resolve_dataset
 from .voc import VOCDetection
 
 __all__ = ['COCODetection', 'DATASETS', 'DatasetError', 'DatasetReport', 'DemoDetection',
-           'DetectionDataset', 'KITTIDetection', 'VOCDetection', 'resolve_dataset', 'write_kitti']
+           'DetectionDataset', 'KITTIDetection', 'RecordDetection', 'VOCDetection',
+           'resolve_dataset', 'write_kitti']

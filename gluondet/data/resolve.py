@@ -18,11 +18,12 @@ from .base import DatasetError
 from .coco import COCODetection
 from .demo import DemoDetection
 from .kitti import KITTIDetection
+from .record import RecordDetection
 from .voc import VOCDetection, detect_layout, layout_error
 
 __all__ = ['DATASETS', 'DEFAULT_ROOT', 'DEFAULT_SPLITS', 'resolve_dataset', 'split_names']
 
-DATASETS = ('voc', 'coco', 'kitti', 'demo')
+DATASETS = ('voc', 'coco', 'kitti', 'demo', 'rec')
 DEFAULT_ROOT = os.path.join('~', '.mxnet', 'datasets')
 # The split used when none is named: (training, validation or evaluation), as GluonCV's
 # scripts (VOC07+12 trainval / VOC07 test, COCO train2017 / val2017).
@@ -47,13 +48,14 @@ def split_names(split):
 
 
 def resolve_dataset(dataset, root=None, split=None, classes=None, annotation_file=None,
-                    image_root=None, train=False, on_error='skip', class_mapping=None):
+                    image_root=None, train=False, on_error='skip', class_mapping=None,
+                    records=None):
     """The dataset that a name, a root and a split say.
 
     Parameters
     ----------
-    dataset : {'voc', 'coco', 'kitti', 'demo'}
-        The format (case-insensitive).
+    dataset : {'voc', 'coco', 'kitti', 'demo', 'rec'}
+        The format (case-insensitive); ``rec``: MXNet RecordIO files named by ``records``.
     root : str, optional
         The data folder, or a folder holding it (default ``~/.mxnet/datasets``).
         voc: a VOC folder (``ImageSets/Main``), a VOCdevkit (``VOC<year>/``), a LabelImg
@@ -83,6 +85,9 @@ def resolve_dataset(dataset, root=None, split=None, classes=None, annotation_fil
     class_mapping : dict, optional
         kitti: KITTI type -> class name, many to one (TAO's ``target_class_mapping``); the
         classes are its targets unless ``classes`` orders them. Other types are dropped.
+    records : str or sequence of str, optional
+        rec: a ``.rec`` file, a glob of shards or a list (``--train-rec``, ``--val-rec``);
+        see :class:`~gluondet.data.RecordDetection`. No root or split.
 
     Raises
     ------
@@ -101,6 +106,14 @@ def resolve_dataset(dataset, root=None, split=None, classes=None, annotation_fil
         raise ValueError('a COCO json and its image root go with the coco dataset, not %s' % name)
     if class_mapping and name != 'kitti':
         raise ValueError('a class mapping goes with the kitti dataset, not %s' % name)
+    if (records is not None) != (name == 'rec'):
+        raise ValueError('record files go with the rec dataset, not %s' % name if records
+                         is not None else 'the rec dataset needs its record files (a .rec or a '
+                         'glob of shards: --train-rec, --val-rec)')
+    if name == 'rec':
+        if names:
+            raise ValueError('record files are their own split: no split with %s' % records)
+        return RecordDetection(records, classes=classes, on_error=on_error)
     if name == 'coco' and annotation_file:
         if names:
             raise ValueError('a COCO json is its own split: no split with %s' % annotation_file)

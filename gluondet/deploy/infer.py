@@ -40,7 +40,7 @@ from ..data.kitti import check_unique_stems, kitti_line
 from ..files import atomic_write
 from ..metrics import COCODetectionMetric
 from ..metrics.coco_eval import format_summary
-from ..metrics.evaluation import evaluate, evaluate_voc07
+from ..metrics.evaluation import evaluate, evaluate_voc
 from ..tools.visualize import draw_boxes, save_image
 from .calibration import CalibrationBatches
 from .predictor import (ENGINE_EXTENSIONS, Predictor, list_images, load_network, metadata_path,
@@ -52,7 +52,7 @@ __all__ = ['FORMATS', 'DATASETS', 'export_model', 'infer', 'evaluate', 'evaluate
            'coco_results', 'kitti_lines', 'run_command']
 
 FORMATS = ('symbol', 'onnx', 'tensorrt')
-DATASETS = ('voc', 'coco', 'kitti')     # what evaluate takes (of gluondet.data.DATASETS)
+DATASETS = ('voc', 'coco', 'kitti', 'rec')     # what evaluate takes (of gluondet.data.DATASETS)
 DYNAMIC_MAX_BATCH = 8   # largest batch of a dynamic-batch engine unless told
 USER_ERRORS = (ValueError, OSError, ImportError)
 
@@ -117,7 +117,7 @@ def _check_export(fmt, output, batch_size, dynamic_batch, precision, calibration
 def export_model(network, output, fmt='onnx', params=None, pretrained=False, classes=None,
                  data_shape=None, batch_size=None, dynamic_batch=False, precision=None,
                  calibration_images=None, calibration_batches=None, calibration_cache=None,
-                 calibration_method=None):
+                 calibration_method=None, gen_ds_config=False):
     """Export a network as an MXNet symbol, an ONNX model or a TensorRT engine.
 
     Each artifact carries what :meth:`Predictor.from_model` needs to run it:
@@ -154,6 +154,10 @@ def export_model(network, output, fmt='onnx', params=None, pretrained=False, cla
         reused if it exists (then no image is read), else written.
     calibration_method : {'minmax', 'percentile'}, optional
         ONNX int8 only (default minmax); see :func:`~gluondet.deploy.quantize.quantize_onnx`.
+    gen_ds_config : bool
+        ONNX and TensorRT: also write DeepStream's ``nvinfer_config.txt`` and ``labels.txt``
+        beside the model (:mod:`gluondet.deploy.deepstream`; for an engine, before it is
+        built, so they are there even where it cannot be).
 
     Returns
     -------
@@ -166,6 +170,9 @@ def export_model(network, output, fmt='onnx', params=None, pretrained=False, cla
         For the tensorrt format without TensorRT and a GPU (after writing the ONNX model).
     """
     calibration = (calibration_images, calibration_batches, calibration_cache, calibration_method)
+    if gen_ds_config and fmt == 'symbol':
+        raise ValueError('a DeepStream config is for the onnx and tensorrt formats (nvinfer '
+                         'reads ONNX models and TensorRT engines)')
     _check_export(fmt, output, batch_size, dynamic_batch, precision, calibration)
     net, info = load_network(network, params, pretrained, classes, data_shape)
     shape = info['data_shape']
@@ -192,7 +199,8 @@ def export_model(network, output, fmt='onnx', params=None, pretrained=False, cla
     if fmt == 'onnx':
         if precision != 'int8':
             export_onnx(net, output, shape, batch, dynamic_batch, metadata=metadata)
-            return [output]
+            return [output] + _deepstream(gen_ds_config, output, precision=precision,
+                                          batch_size=batch)
         from .quantize import quantize_onnx
         float_path = output + '.float%d.onnx' % os.getpid()
         try:
@@ -201,21 +209,36 @@ def export_model(network, output, fmt='onnx', params=None, pretrained=False, cla
         finally:
             if os.path.exists(float_path):
                 os.remove(float_path)
-        return [output]
+        return [output] + _deepstream(gen_ds_config, output, precision=precision,
+                                      batch_size=batch)
 
     precision = precision or 'fp32'
     onnx_path = os.path.splitext(output)[0] + '.onnx'
     export_onnx(net, onnx_path, shape, batch, dynamic_batch, metadata=metadata)
+    ds_files = _deepstream(gen_ds_config, onnx_path, output, precision, calibration_cache, batch)
     try:
         build_engine(onnx_path, output, precision, max_batch_size=batch,
                      dynamic_batch=dynamic_batch, calibrator=calibrator)
     except ImportError as err:
-        raise ImportError('the ONNX model is written to %s, but the TensorRT engine cannot be '
-                          'built here: %s' % (onnx_path, err)) from err
+        raise ImportError('the ONNX model is written to %s%s, but the TensorRT engine cannot be '
+                          'built here: %s' % (onnx_path, ' (and its DeepStream config beside '
+                                              'it)' if ds_files else '', err)) from err
     meta = metadata_path(output)
     _write_json(meta, model_metadata(net, info['network'], shape, fixed, precision=precision,
                                      max_batch_size=batch, **describe))
-    return [onnx_path, output, meta]
+    return [onnx_path, output, meta] + ds_files
+
+
+def _deepstream(wanted, onnx_path, engine_path=None, precision=None, calibration_cache=None,
+                batch_size=None):
+    """DeepStream's config and labels beside the model if ``wanted`` (else no file)."""
+    if not wanted:
+        return []
+    from .deepstream import write_deepstream_config
+    # an ONNX int8 model is quantized (QDQ): its cache is ONNX Runtime's, not TensorRT's
+    cache = calibration_cache if engine_path and precision == 'int8' else None
+    return write_deepstream_config(onnx_path, engine_path, precision or 'fp32', cache,
+                                   batch_size)
 
 
 # ---------------------------------------------------------------- infer
@@ -250,7 +273,7 @@ def _stem(path):
 
 def infer(model, images, output='detections.json', backend=None, params=None, pretrained=False,
           data_shape=None, classes=None, batch_size=None, kitti_labels=None, visualize=None,
-          threshold=0.3, progress=True):
+          threshold=0.3, progress=True, min_score=None):
     """Detect objects in image files and write them (see the module docstring for formats).
 
     Parameters
@@ -269,6 +292,9 @@ def infer(model, images, output='detections.json', backend=None, params=None, pr
         Least score of a drawn box.
     progress : bool
         Show a progress bar.
+    min_score : float, optional
+        Leave detections scoring under it out of every output (TAO's ``inference -t``);
+        default: keep all.
 
     Returns
     -------
@@ -292,6 +318,8 @@ def infer(model, images, output='detections.json', backend=None, params=None, pr
         entries.append({'id': image_id, 'file_name': os.path.relpath(item.source, root),
                         'width': width, 'height': height})
         found = item.detections
+        if min_score is not None:
+            found = type(found)(*(part[found.scores >= min_score] for part in found))
         results.extend(coco_results(image_id, found))
         if kitti_labels:
             lines = kitti_lines(found, predictor.classes, item.image.shape[1::-1])
@@ -319,22 +347,29 @@ def infer(model, images, output='detections.json', backend=None, params=None, pr
 
 def evaluate_model(model, dataset, dataset_root=None, split=None, annotation_file=None,
                    image_root=None, backend=None, params=None, pretrained=False, data_shape=None,
-                   classes=None, batch_size=None, progress=True):
+                   classes=None, batch_size=None, progress=True, records=None,
+                   class_mapping=None, iou_thresh=0.5, ap='11point'):
     """Evaluate a model on a dataset and print the results.
 
-    Prints the VOC07 mAP (IoU 0.5, 11-point) with each class's AP and, for
-    COCO data, the 12 COCO box numbers.
+    Prints the VOC07 mAP (IoU 0.5, 11-point; or ``iou_thresh`` and ``ap``) with each
+    class's AP and, for COCO data, the 12 COCO box numbers.
 
     Parameters
     ----------
     model, backend, params, pretrained, data_shape, classes
         See :meth:`~gluondet.deploy.predictor.Predictor.from_model`.
-    dataset, dataset_root, split, annotation_file, image_root
+    dataset, dataset_root, split, annotation_file, image_root, records
         See :func:`gluondet.data.resolve_dataset` (the validation split by default, images
         without boxes kept); the dataset is labelled with the model's classes: COCO
         categories and KITTI types are matched to them by name.
     batch_size : int, optional
     progress : bool
+    class_mapping : dict, optional
+        kitti: KITTI type -> class, as the training's ``--class-mapping``.
+    iou_thresh : float
+        Least IoU of a match (0.5).
+    ap : {'11point', 'area'}
+        The VOC07 11-point AP (TAO's SAMPLE) or the area under the PR curve (INTEGRATE).
 
     Returns
     -------
@@ -346,12 +381,14 @@ def evaluate_model(model, dataset, dataset_root=None, split=None, annotation_fil
         raise ValueError('dataset must be one of %s, got %r' % (', '.join(DATASETS), dataset))
     predictor = Predictor.from_model(model, backend, params, pretrained, data_shape, classes)
     data = resolve_dataset(dataset, dataset_root, split, predictor.classes, annotation_file,
-                           image_root)
+                           image_root, records=records, class_mapping=class_mapping)
     coco = COCODetectionMetric(data) if isinstance(data, COCODetection) else None
-    result = evaluate_voc07(predictor, data, batch_size, progress,
-                            metrics=[coco] if coco is not None else [])
-    print('VOC07 mAP (IoU 0.5) of %s (%s) on %d images: %.4f'
-          % (model, predictor.backend, len(data), result['mAP']))
+    result = evaluate_voc(predictor, data, batch_size, progress,
+                          metrics=[coco] if coco is not None else [], iou_thresh=iou_thresh,
+                          ap=ap)
+    print('%s mAP (IoU %g) of %s (%s) on %d images: %.4f'
+          % ('VOC07' if ap == '11point' else 'VOC area', iou_thresh, model, predictor.backend,
+             len(data), result['mAP']))
     width = max(len(name) for name in predictor.classes)
     for name in predictor.classes:
         print('  %-*s %.4f' % (width, name, result['AP/' + name]))

@@ -22,7 +22,8 @@ Model sources (:meth:`Predictor.from_model`):
   ``pretrained=True``;
 - a training output ``{prefix}_best.params`` (or any params file the engine
   wrote) with its ``.json`` beside it (network, classes, data shape and anchor steps
-  of SSD, short side and max size of Faster R-CNN);
+  of SSD, short side and max size of Faster R-CNN; a pruned model's channel table,
+  ``meta.pruned``, see :mod:`gluondet.model_zoo.pruned`);
 - an MXNet symbol prefix (``{prefix}-symbol.json``, ``{prefix}-0000.params``,
   described by ``{prefix}-meta.json``);
 - an ONNX model (``.onnx``; classes and preprocessing from its metadata);
@@ -49,6 +50,7 @@ from ..data.base import DatasetError, empty_label, read_image
 from ..data.preprocess import (check_preprocessing, fixed_size, padded_shape,
                                preprocessing_from_metadata, preprocessing_of, val_transform)
 from ..model_zoo import get_model, get_model_info
+from ..model_zoo.pruned import apply_channels, pruned_channels
 from .calibration import IMAGE_EXTENSIONS
 from .runners import MXNetRunner, ONNXRuntimeRunner, _symbol_prefix, _symbol_runner
 from .tensorrt import TensorRTRunner
@@ -336,6 +338,9 @@ def load_network(model, params=None, pretrained=False, classes=None, data_shape=
     if meta.get('short'):                   # a multi-scale range validates at its low end
         kwargs['short'] = meta['short'] if np.isscalar(meta['short']) else meta['short'][0]
     net = get_model(network, pretrained=pretrained, pretrained_base=False, ctx=ctx, **kwargs)
+    channels = pruned_channels(meta, source)    # a pruned model (gluondet prune): its widths
+    if channels:
+        apply_channels(net, channels)
     if params is not None:
         net.load_parameters(params, ctx=ctx)
     net.hybridize()

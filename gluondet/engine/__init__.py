@@ -75,6 +75,12 @@ Optional, each with the default behaviour when absent:
     an object with ``iters_per_epoch`` and ``epoch(epoch, start)`` as `TrainData`,
     over the batches of ``sampler`` (the task's or an `EpochBatchSampler`).
     ``config.dali`` with a task without it is an error.
+``batch_images(batch, count) -> [(image, boxes, names)]``
+    The first ``count`` images of a training batch as the network sees them
+    (``H x W x 3`` uint8 RGB, normalization undone), their ground-truth boxes
+    (``N x 4`` pixels) and class names, for TensorBoard (``config.tb_images``,
+    `batch_images.BatchImagesHook`). ``config.tb_images`` with a task without it
+    is an error.
 
 Optimization
 ------------
@@ -88,8 +94,11 @@ The loop
 `TrainLoop.train` runs ``before_train``, then per epoch ``before_epoch``,
 per step ``before_step`` / step / ``after_step``, then ``after_epoch``, and
 ``after_train`` (also on error). Everything else is a hook (`hooks`): per-step
-seeding, LR schedule, non-finite check, logging, checkpointing, validation
-and params files, signal handling. ``fit(task, config, hooks=[...])`` adds
+seeding, LR schedule, non-finite check, logging, TensorBoard images of the
+batches (`batch_images`), early stopping (`early_stopping`), checkpointing,
+validation and params files, signal handling. A validation's result reaches
+every hook's ``after_validation(epoch, metrics)``; a hook ends training with
+``loop.request_stop(reason)``. ``fit(task, config, hooks=[...])`` adds
 hooks after the default ones.
 
 Stopping
@@ -103,6 +112,9 @@ Stopping
 - A NaN or infinite loss raises `NonFiniteLossError` naming the epoch and
   iteration; no checkpoint is written for that step, the last good one stays.
 - ``kill -9``: the last committed checkpoint stays valid (see `checkpoint`).
+- Early stopping (``config.early_stop_monitor``): after the step's or epoch's
+  hooks, with its checkpoint written; ``fit`` returns, ``FitResult.stop_reason``
+  says why.
 """
 from .checkpoint import CheckpointError, Checkpointer, read_manifest, save_params
 from .config import TrainConfig
@@ -111,6 +123,8 @@ from .context import (Runtime, average_statistics, local_runtime, make_contexts,
 from .distributed import HorovodRuntime, KVStoreRuntime, make_runtime
 from .watchdog import Watchdog
 from .data import EpochBatchSampler, GroupedBatchSampler, SampleIndex, SeededDataset, TrainData
+from .batch_images import BatchImagesHook
+from .early_stopping import EarlyStoppingHook
 from .hooks import (CheckpointHook, HookBase, LoggingHook, LRScheduleHook, NonFiniteHook,
                     NonFiniteLossError, SeedHook, SignalHook, TrainingInterrupted,
                     ValidationHook, default_hooks)
@@ -127,4 +141,5 @@ __all__ = [
     'Checkpointer', 'CheckpointError', 'read_manifest', 'save_params',
     'HookBase', 'default_hooks', 'SeedHook', 'LRScheduleHook', 'NonFiniteHook', 'LoggingHook',
     'CheckpointHook', 'ValidationHook', 'SignalHook', 'NonFiniteLossError', 'TrainingInterrupted',
+    'EarlyStoppingHook', 'BatchImagesHook',
 ]

@@ -131,6 +131,22 @@ class TrainConfig:
     dali : bool
         Read and augment the training data with NVIDIA DALI (`gluondet.data.dali`): on
         the GPU when training on GPUs, on the CPU otherwise. The task must support it.
+    early_stop_monitor : str
+        Early stopping (TAO's ``early_stopping.monitor``; `early_stopping`): ``'loss'`` (the
+        sum of the losses) or a loss name (``'loss_cls'``, any name starting with ``loss``),
+        whose epoch mean must fall, checked each epoch; or a validation metric (``'mAP'``),
+        which must rise, checked at each validation. ``''``: no early stopping.
+    early_stop_min_delta : float
+        The least change that counts as an improvement (TAO's ``min_delta``).
+    early_stop_patience : int
+        Training stops at this many checks in a row without improvement (TAO's
+        ``patience``; 0 and 1 stop at the first, as Keras).
+    tb_images : int
+        Show this many images of a training batch with their ground-truth boxes in
+        TensorBoard (TAO's ``visualizer.num_images``; `batch_images`); needs ``logdir`` and a
+        task with ``batch_images``. 0: none.
+    tb_images_interval : int
+        Steps between the batches shown; 0: the first batch of every epoch (TAO's).
     """
 
     gpus: str = ''
@@ -175,6 +191,11 @@ class TrainConfig:
     hang_timeout: float = 600.0
     amp: bool = False
     dali: bool = False
+    early_stop_monitor: str = ''
+    early_stop_min_delta: float = 0.0
+    early_stop_patience: int = 5
+    tb_images: int = 0
+    tb_images_interval: int = 0
 
     def __post_init__(self):
         object.__setattr__(self, 'lr_decay_epoch', _epoch_list(self.lr_decay_epoch))
@@ -249,6 +270,8 @@ def _check_type(name, value, kind):
 
 def _check_values(cfg):
     from mxnet import optimizer
+    # a loss name (early_stopping.monitors_loss) is checked each epoch, a metric when validated
+    metric_monitor = cfg.early_stop_monitor and not cfg.early_stop_monitor.startswith('loss')
     checks = [
         (cfg.cpus >= 1, 'cpus must be >= 1', cfg.cpus),
         (cfg.batch_size >= 1, 'batch_size must be >= 1', cfg.batch_size),
@@ -293,6 +316,23 @@ def _check_values(cfg):
          'horovod and a dist kv_store are two ways of running several processes: choose one',
          cfg.kv_store),
         (cfg.hang_timeout >= 0, 'hang_timeout must be >= 0 (0: no watchdog)', cfg.hang_timeout),
+        (cfg.early_stop_monitor not in ('val_loss', 'validation_loss'),
+         "early_stop_monitor: gluondet validates by its metrics, not a loss: monitor a "
+         "validation metric ('mAP') or the training 'loss'", cfg.early_stop_monitor),
+        (not metric_monitor or cfg.val_interval or cfg.val_iters or cfg.save_interval,
+         'early_stop_monitor %r is a validation metric, but nothing validates (val_interval, '
+         'val_iters and save_interval are 0)' % cfg.early_stop_monitor, cfg.val_interval),
+        (not metric_monitor or cfg.kv_store != 'dist_async',
+         'early stopping on a validation metric: with dist_async only the first worker '
+         "validates; monitor the training 'loss'", cfg.kv_store),
+        (cfg.early_stop_min_delta >= 0 and math.isfinite(cfg.early_stop_min_delta),
+         'early_stop_min_delta must be finite and >= 0', cfg.early_stop_min_delta),
+        (cfg.early_stop_patience >= 0, 'early_stop_patience must be >= 0',
+         cfg.early_stop_patience),
+        (cfg.tb_images >= 0, 'tb_images must be >= 0 (0: none)', cfg.tb_images),
+        (cfg.tb_images_interval >= 0, 'tb_images_interval must be >= 0 (0: every epoch)',
+         cfg.tb_images_interval),
+        (not cfg.tb_images or cfg.logdir, 'tb_images needs a TensorBoard logdir', cfg.logdir),
     ]
     for ok, message, value in checks:
         if not ok:

@@ -36,6 +36,10 @@ class HookBase:
     def after_epoch(self):
         pass
 
+    def after_validation(self, epoch, metrics):
+        """A validation's ``{name: float}`` result (`ValidationHook` calls it on every hook
+        before it checkpoints, so what a hook makes of it is in that checkpoint)."""
+
     def after_train(self):
         """Runs even when training stops with an error: release, do not save."""
 
@@ -64,12 +68,21 @@ class TrainingInterrupted(SystemExit):
 
 def default_hooks(task, config, schedule, checkpointer, reporter):
     """The engine's hooks for ``config``, in the order they run at every stage."""
+    from .batch_images import BatchImagesHook
+    from .early_stopping import EarlyStoppingHook
     hooks = [SeedHook(config.seed), LRScheduleHook(schedule)]
     if config.stop_on_nonfinite:
         # First after a step: a non-finite step is neither logged as usual nor checkpointed.
         hooks.append(NonFiniteHook(checkpointer, reporter))
+    hooks.append(LoggingHook(reporter, config))
+    if config.tb_images:
+        hooks.append(BatchImagesHook(reporter, config.tb_images, config.tb_images_interval))
+    if config.early_stop_monitor:
+        # Before the checkpoint: the epoch's loss check is in the epoch's checkpoint (a
+        # validation's check is in the checkpoint after it, see after_validation).
+        hooks.append(EarlyStoppingHook(config.early_stop_monitor, config.early_stop_min_delta,
+                                       config.early_stop_patience, reporter))
     return hooks + [
-        LoggingHook(reporter, config),
         # Checkpoint before validating: a failing evaluation leaves a checkpoint to debug.
         CheckpointHook(checkpointer, config.checkpoint_interval),
         ValidationHook(task, config, checkpointer, reporter),
@@ -242,6 +255,7 @@ class ValidationHook(HookBase):
         self.best_epoch = None
         self.validated_epoch = None
         self._restored = False
+        self._validated_at = None   # iteration of this process's last validation
 
     def before_train(self):
         # A kill during validation leaves the epoch's checkpoint without its
@@ -259,7 +273,8 @@ class ValidationHook(HookBase):
             self._validate(state.epoch)
 
     def after_epoch(self):
-        if self._due(self.loop.state.epoch):
+        # a stop requested after a step's validation ends the epoch on the same weights
+        if self._due(self.loop.state.epoch) and self._validated_at != self.loop.state.iteration:
             self._validate(self.loop.state.epoch)
 
     def _due(self, epoch):
@@ -285,7 +300,9 @@ class ValidationHook(HookBase):
         self.reporter.validation(epoch, loop.state.iteration, metrics)
         if loop.runtime.is_main:
             self._save_params(epoch, metrics)
-        self.validated_epoch = epoch
+        self.validated_epoch, self._validated_at = epoch, loop.state.iteration
+        for hook in loop.hooks:
+            getattr(hook, 'after_validation', lambda *args: None)(epoch, metrics)
         self.checkpointer.save(loop)
         if self.config.hybridize:
             loop.net.hybridize(static_alloc=True, static_shape=True)

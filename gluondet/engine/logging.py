@@ -14,7 +14,9 @@ of the interval's last batch in its epoch (as in the text log),
 mean of each loss. A non-finite number is written as null.
 
 TensorBoard (``logdir``): ``train/<loss>``, ``train/lr``,
-``train/samples_per_sec`` and ``val/<metric>`` against the iteration.
+``train/samples_per_sec`` and ``val/<metric>`` against the iteration; with
+``config.tb_images``, ``train/images/<k>``: training images with their boxes
+(`batch_images.BatchImagesHook`).
 
 The console shows a tqdm bar per epoch (samples/s, losses and lr refreshed
 every log interval) when stderr is a terminal, and the log lines always.
@@ -163,6 +165,22 @@ class Reporter:
         if self._bar is not None:
             self._bar.close()
             self._bar = None
+
+    def has_tensorboard(self):
+        """Whether TensorBoard events are written (the first process, with a ``logdir``)."""
+        return self._tb is not None
+
+    def images(self, tag, images, step):
+        """``(image, boxes, names)`` triples (``H x W x 3`` uint8 RGB, ``N x 4`` pixel boxes,
+        N class names) as TensorBoard images ``tag/0``, ``tag/1``, ... with the boxes drawn."""
+        if not self._tb:
+            return
+        import numpy as np
+        for k, (image, boxes, names) in enumerate(images):
+            boxes = np.asarray(boxes, np.float32).reshape(-1, 4)
+            self._tb.add_image_with_boxes('%s/%d' % (tag, k), np.asarray(image), boxes, step,
+                                          dataformats='HWC', labels=list(names) or None)
+        self._tb.flush()
 
     def _write(self, record):
         if self._jsonl:

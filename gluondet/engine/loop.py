@@ -78,6 +78,8 @@ class TrainLoop:
         self.net, self.trainer, self.task, self.data = net, trainer, task, data
         self.epochs, self.runtime, self.state = epochs, runtime, state
         self.max_iters = max_iters
+        self.stop_reason = None     # set by request_stop (early stopping)
+        self.current_batch = None   # the batch of the step in progress, for the hooks
         self._statistics_synced_at = None
         self.hooks = list(hooks)
         for hook in self.hooks:
@@ -91,11 +93,12 @@ class TrainLoop:
         """Train from ``state`` to ``epochs``; ``after_train`` runs even on error."""
         self._call('before_train')
         try:
-            while self.state.epoch < self.epochs:
+            while self.state.epoch < self.epochs and self.stop_reason is None:
                 self._call('before_epoch')
                 batches = iter(self.data.epoch(self.state.epoch, self.state.batch))
                 batch = next(batches, None)
                 while batch is not None and not self.done():
+                    self.current_batch = batch
                     self._call('before_step')
                     self.run_step(batch)
                     if not self.overlap_loading:
@@ -118,8 +121,14 @@ class TrainLoop:
             self._statistics_synced_at = self.state.iteration
 
     def done(self):
-        """Whether the step limit (``max_iters``) is reached."""
-        return bool(self.max_iters) and self.state.iteration >= self.max_iters
+        """Whether the step limit (``max_iters``) is reached or a hook asked to stop."""
+        return self.stop_reason is not None or (
+            bool(self.max_iters) and self.state.iteration >= self.max_iters)
+
+    def request_stop(self, reason):
+        """End training after the hooks of this step (the epoch's ``after_epoch`` hooks still
+        run) or, from ``after_epoch``, of this epoch; ``reason`` ends up in `FitResult`."""
+        self.stop_reason = self.stop_reason or reason
 
     def run_step(self, batch):
         """Forward the task's losses, backward their sum, one optimizer step."""
@@ -178,7 +187,8 @@ def train_data(task, config, runtime):
 
 @dataclasses.dataclass
 class FitResult:
-    """What `fit` leaves: the trained net, where training ended, on which process."""
+    """What `fit` leaves: the trained net, where training ended, on which process, and
+    why it ended before its epochs (``stop_reason``, None when it did not: early stopping)."""
 
     net: gluon.HybridBlock
     epoch: int
@@ -188,6 +198,7 @@ class FitResult:
     checkpoint: Optional[str]
     rank: int = 0
     world_size: int = 1
+    stop_reason: Optional[str] = None
 
 
 def fit(task, config, runtime=None, hooks=()):
@@ -228,7 +239,7 @@ def fit(task, config, runtime=None, hooks=()):
     best = next((h.best for h in loop.hooks if isinstance(h, ValidationHook)), None)
     return FitResult(loop.net, loop.state.epoch, loop.state.iteration, best,
                      loop.state.metrics, checkpointer.last_path, runtime.rank,
-                     runtime.world_size)
+                     runtime.world_size, loop.stop_reason)
 
 
 def _build_and_train(task, config, runtime, hooks):

@@ -13,7 +13,7 @@ step) when a gradient overflows and doubles after 2000 good steps (MXNet's
 ``LossScaler``). bfloat16 has float32's exponent range: its scale stays 1, and
 a non-finite gradient stops training with an error instead of skipping steps
 silently. Under bfloat16, BatchNorm and the convolutions a model marks with
-`gluondet.nn.precision.keep_float32` stay float32.
+`gluondet.float32.keep_float32` stay float32.
 """
 import logging
 
@@ -22,7 +22,7 @@ from mxnet.contrib import amp
 from mxnet.contrib.amp import amp as amp_state
 from mxnet.contrib.amp.loss_scaler import LossScaler
 
-from ..nn.precision import float32_conditions
+from ..float32 import float32_conditions
 from .hooks import HookBase, NonFiniteLossError
 
 LOG = logging.getLogger('gluondet')
@@ -57,7 +57,7 @@ def init_amp(ctx_list):
     if dtype == 'bfloat16':
         _check_bfloat16()
         # BatchNorm float32 as with float16 (MXNet would run it in bfloat16), and the
-        # layers the models keep float32 (`gluondet.nn.precision`)
+        # layers the models keep float32 (`gluondet.float32`)
         amp.init(target_dtype=dtype,
                  fp32_ops=amp.list_fp32_ops(amp_state.bfloat16) + ['BatchNorm'],
                  conditional_fp32_ops=(amp.list_conditional_fp32_ops(amp_state.bfloat16)

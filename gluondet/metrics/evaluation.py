@@ -12,9 +12,11 @@ original pixels) and ``backend``.
 from mxnet.gluon.data import DataLoader
 from tqdm import tqdm
 
-from .voc import VOC07MApMetric
+from .voc import VOC07MApMetric, VOCMApMetric
 
-__all__ = ['evaluate', 'evaluate_voc07', 'voc_result']
+__all__ = ['evaluate', 'evaluate_voc', 'evaluate_voc07', 'voc_result', 'AP_MODES']
+
+AP_MODES = ('11point', 'area')      # VOC07's 11 recall points; the area under the PR curve
 
 
 def _batches(dataset, starts, size, num_workers):
@@ -101,7 +103,17 @@ def evaluate_voc07(predictor, dataset, batch_size=None, progress=False, num_work
 
     ``metrics`` are more metrics updated in the same pass. Returns :func:`voc_result`.
     """
-    voc = VOC07MApMetric(iou_thresh=0.5, class_names=predictor.classes)
+    return evaluate_voc(predictor, dataset, batch_size, progress, num_workers, metrics, group)
+
+
+def evaluate_voc(predictor, dataset, batch_size=None, progress=False, num_workers=0,
+                 metrics=(), group=None, iou_thresh=0.5, ap='11point'):
+    """VOC mAP at ``iou_thresh`` with ``ap`` '11point' (VOC07, TAO's SAMPLE) or 'area' (the
+    area under the PR curve, VOC2010+, TAO's INTEGRATE); otherwise `evaluate_voc07`."""
+    if ap not in AP_MODES:
+        raise ValueError('ap must be one of %s, got %r' % (', '.join(AP_MODES), ap))
+    metric = VOC07MApMetric if ap == '11point' else VOCMApMetric
+    voc = metric(iou_thresh=iou_thresh, class_names=predictor.classes)
     evaluate(predictor, dataset, [voc] + list(metrics), batch_size, progress, num_workers,
              group)
     return voc_result(voc)

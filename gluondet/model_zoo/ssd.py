@@ -6,7 +6,7 @@ from mxnet import gluon
 from mxnet.gluon import nn
 
 from ..nn import BoxCenterDecoder, MultiClassNMS, SSDAnchorGenerator
-from ..nn.precision import keep_float32
+from ..float32 import keep_float32
 from . import gluoncv_compat, registry
 from .detector import custom_builder, dataset_builder
 from .single_stage import SingleStageDetector
@@ -84,7 +84,7 @@ class SSDFeatures(gluon.HybridBlock):
             self.extras = nn.HybridSequential()
             for layer in extras:
                 self.extras.add(layer)
-        keep_float32(self.extras)      # their tiny maps: see gluondet.nn.precision
+        keep_float32(self.extras)      # their tiny maps: see gluondet.float32
 
     def hybrid_forward(self, F, x):
         outputs = list(self.backbone(x))

@@ -5,6 +5,7 @@ import os
 import warnings
 
 import mxnet as mx
+import numpy as np
 from mxnet import autograd
 
 from ..data.autoaugment import DetectionAutoAugment
@@ -16,11 +17,26 @@ from ..deploy.runners import MXNetRunner
 from ..engine import GroupedBatchSampler
 from ..metrics.evaluation import evaluate_voc07
 from ..model_zoo import get_model
+from ..model_zoo.pruned import apply_channels, pruned_channels
 from ..nn.sync_bn import sync_norm_layer
 
-__all__ = ['DetectionTask', 'KeepRatioTask', 'dense_targets']
+__all__ = ['DetectionTask', 'KeepRatioTask', 'check_pruned_model', 'dense_targets']
 
 _NOT_ARCHITECTURE = ('norm_layer', 'norm_kwargs', 'root', 'ctx')
+
+
+def check_pruned_model(path):
+    """ValueError unless ``path`` is a pruned gluondet model: a ``.params`` with the json
+    ``gluondet prune`` wrote beside it (``meta.pruned``)."""
+    if not str(path).lower().endswith('.params') or not os.path.isfile(path):
+        raise ValueError('pruned model: no such .params file %s' % path)
+    meta = training_meta(path)
+    if meta is None:
+        raise ValueError('pruned model %s has no json beside it (%s): give the .params that '
+                         'gluondet prune wrote' % (path, os.path.splitext(path)[0] + '.json'))
+    if not pruned_channels(meta, path):
+        raise ValueError('%s is not a pruned model (its json has no meta.pruned); prune it with '
+                         'gluondet prune first' % path)
 
 
 class DetectionTask:
@@ -45,12 +61,18 @@ class DetectionTask:
         GluonCV's) to start from instead of the initialization (ODTK's ``--fine-tune``). If
         it was trained on other classes (its json says which; ``*_custom`` names only),
         the class predictor starts anew, keeping the rows of the classes both share.
+    pruned_model : str, optional
+        A ``.params`` written by ``gluondet prune`` (its ``.json`` beside it; TAO's
+        ``pruned_model_path``): the network is rebuilt with its channels and starts from its
+        weights (classes handled as ``fine_tune``). The channel table goes into ``meta()``,
+        so every checkpoint and saved model of the run rebuilds the same network.
 
     A subclass defines ``build_net``, ``train_dataset``, ``losses`` and ``preprocessing``.
     """
 
     def __init__(self, network, train_dataset, val_dataset, classes=None, pretrained_base=True,
-                 model_kwargs=None, val_batch_size=4, num_workers=0, fine_tune=None):
+                 model_kwargs=None, val_batch_size=4, num_workers=0, fine_tune=None,
+                 pruned_model=None):
         self.network = network
         self.classes = tuple(classes or train_dataset.classes)
         self._train, self._val = train_dataset, val_dataset
@@ -60,6 +82,10 @@ class DetectionTask:
         self.fine_tune = fine_tune
         if fine_tune is not None and not os.path.isfile(fine_tune):
             raise ValueError('fine_tune: no such file %s' % fine_tune)
+        self.pruned_model = pruned_model
+        self.pruned = None      # the channel table of the network built, if pruned
+        if pruned_model is not None:
+            check_pruned_model(pruned_model)
 
     def _meta(self, **extra):
         """The checkpoint's description of the network: name, classes, the architecture
@@ -68,6 +94,8 @@ class DetectionTask:
         meta = {'task': self.name, 'network': self.network, 'classes': list(self.classes)}
         if arch:
             meta['model_kwargs'] = arch
+        if self.pruned:
+            meta['pruned'] = {'channels': self.pruned}
         return dict(meta, **extra)
 
     def _model_kwargs(self, ctx_list=(mx.cpu(),), **kwargs):
@@ -87,6 +115,8 @@ class DetectionTask:
         ``pretrained_base``) for training on ``ctx_list``; ValueError when a fixed-class
         network does not predict the data's classes."""
         kwargs = self._model_kwargs(ctx_list, **kwargs)
+        if self.pruned_model is not None:
+            return self._fine_tuned(kwargs, self.pruned_model, 'pruned_model')
         if self.fine_tune is not None:
             return self._fine_tuned(kwargs)
         net = get_model(self.network, pretrained_base=self.pretrained_base, **kwargs)
@@ -96,23 +126,29 @@ class DetectionTask:
                                           self.classes[:3]))
         return net
 
-    def _fine_tuned(self, kwargs):
-        """The network with the weights of ``fine_tune``, predicting the data's classes."""
-        meta = training_meta(self.fine_tune) or {}
+    def _fine_tuned(self, kwargs, path=None, what='fine_tune'):
+        """The network with the weights of ``path`` (default ``fine_tune``), with its channel
+        table if it was pruned, predicting the data's classes."""
+        path = path or self.fine_tune
+        meta = training_meta(path) or {}
         if meta.get('network', self.network) != self.network:
-            raise ValueError('fine_tune: %s is a %s, not a %s' % (self.fine_tune,
-                                                                 meta['network'], self.network))
+            raise ValueError('%s: %s is a %s, not a %s' % (what, path, meta['network'],
+                                                           self.network))
         kwargs = dict(meta.get('model_kwargs') or {}, **kwargs)   # its architecture
         old = tuple(meta.get('classes') or kwargs.get('classes') or ())
         if 'classes' in kwargs and old:
             kwargs['classes'] = old
         net = get_model(self.network, pretrained_base=False, **kwargs)
+        self.pruned = pruned_channels(meta, path)
+        if self.pruned:
+            apply_channels(net, self.pruned)
         net.initialize()
-        net.load_parameters(self.fine_tune)
+        net.load_parameters(path)
         if tuple(net.classes) != self.classes:
             if not self.network.endswith('_custom'):
-                raise ValueError('fine_tune: %s predicts %s, the data has %s: use the *_custom '
-                                 'network' % (self.network, net.classes[:3], self.classes[:3]))
+                raise ValueError('%s: %s predicts %s, the data has %s: use the *_custom '
+                                 'network' % (what, self.network, net.classes[:3],
+                                              self.classes[:3]))
             net.reset_class(self.classes, reuse_weights=[c for c in self.classes
                                                          if c in net.classes])
         return net
@@ -134,6 +170,24 @@ class DetectionTask:
         """The net being trained as a :class:`~gluondet.deploy.Predictor`, with the
         preprocessing it trains at; batches of ``val_batch_size`` split over ``ctx_list``."""
         return Predictor(MXNetRunner(net, ctx_list), self.classes, self.preprocessing(net))
+
+    def batch_images(self, batch, count):
+        """The first ``count`` images of a training batch as the network sees them, for
+        TensorBoard (:mod:`gluondet.engine.batch_images`): ``[(image, boxes, names)]``, each
+        image ``H x W x 3`` uint8 RGB with the train transform's normalization undone (padding
+        included), its ground-truth boxes ``N x 4`` in those pixels and their class names."""
+        transform = self.train_transform()
+        mean, std = (np.array(v, np.float32).reshape(3, 1, 1)
+                     for v in (transform.mean, transform.std))
+        images, labels = batch[0][:count].asnumpy(), batch[-1][:count].asnumpy()
+        shown = []
+        for image, label in zip(images, labels):
+            pixels = np.clip((image * std + mean) * 255, 0, 255).round().astype(np.uint8)
+            label = label[label[:, 4] >= 0]
+            names = [self.classes[c] if c < len(self.classes) else str(c)
+                     for c in label[:, 4].astype(int)]
+            shown.append((pixels.transpose(1, 2, 0), label[:, :4], names))
+        return shown
 
     def validate(self, net, ctx_list, group=None):
         """VOC07 mAP on the val dataset, by the evaluation ``gluondet evaluate`` runs (its

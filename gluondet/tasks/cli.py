@@ -40,7 +40,9 @@ def add_training_args(parser, epochs, lr, lr_decay_epoch, batch_size, wd=0.0005,
         parser.add_argument(*flags, **kwargs)
 
     add('--batch-size', type=int, default=batch_size, help='training mini-batch size')
-    add('--dataset', default='voc', help='voc, coco, kitti or demo (the embedded synthetic set)')
+    add('--dataset', default='voc',
+        help='voc, coco, kitti, demo (the embedded synthetic set) or rec (RecordIO files of '
+             'gluondet convert: --train-rec, --val-rec)')
     add('--dataset-root', default='~/.mxnet/datasets/',
         help='dataset folder: VOCdevkit parent, COCO root, KITTI root, or a VOC-style folder')
     add('--classes', default='', help='comma-separated class names of a custom VOC/KITTI set')
@@ -50,6 +52,10 @@ def add_training_args(parser, epochs, lr, lr_decay_epoch, batch_size, wd=0.0005,
     add('--train-json', default='', help='COCO json of the training images (custom COCO data)')
     add('--val-json', default='', help='COCO json of the validation images')
     add('--image-root', default='', help='folder the COCO file names are relative to')
+    add('--train-rec', default='',
+        help='RecordIO training data (--dataset rec): a .rec file or a glob of shards, as '
+             "gluondet convert writes them (with PREFIX.json beside them for the class names)")
+    add('--val-rec', default='', help='RecordIO validation data (--dataset rec)')
     add('--train-split', default='train',
         help='split(s) to train on in a VOC-style folder, comma-separated (e.g. trainval)')
     add('--val-split', default='val', help='split(s) to validate on in a VOC-style folder')
@@ -61,6 +67,10 @@ def add_training_args(parser, epochs, lr, lr_decay_epoch, batch_size, wd=0.0005,
         help="a checkpoint json, 'auto' (this save prefix's last checkpoint) or a .params "
              'file (weights only, as GluonCV)')
     add('--start-epoch', type=int, default=0, help='first epoch (with a .params --resume)')
+    add('--pruned-model', default=None, metavar='PATH',
+        help="retrain a model gluondet prune wrote (PATH.params, its .json beside; TAO's "
+             'pruned_model_path): the network takes its channels and starts from its weights; '
+             'give it again when resuming the run')
     add('--lr', type=float, default=lr, help='learning rate')
     add('--lr-mode', default='step', choices=('step', 'cosine', 'soft_start_annealing'),
         help="learning rate schedule (soft_start_annealing: NVIDIA TAO's, with --lr-min "
@@ -97,6 +107,20 @@ def add_training_args(parser, epochs, lr, lr_decay_epoch, batch_size, wd=0.0005,
     add('--val-interval', type=int, default=val_interval, help='epochs between validations')
     add('--seed', type=int, default=233, help='random seed')
     add('--logdir', default='', help='TensorBoard log folder (tensorboardX)')
+    add('--tb-images', type=int, default=0, metavar='N',
+        help="with --logdir, show N images of a training batch with their boxes in "
+             "TensorBoard (TAO's visualizer num_images); 0: none")
+    add('--tb-images-interval', type=int, default=0, metavar='STEPS',
+        help='steps between the batches shown; 0: the first batch of every epoch')
+    add('--early-stop-monitor', default='', metavar='NAME',
+        help="early stopping (TAO's early_stopping monitor): a validation metric (mAP), "
+             "which must rise, or the training 'loss' (or a loss name, loss_cls ...), whose "
+             "epoch mean must fall; '': none")
+    add('--early-stop-min-delta', type=float, default=0.0,
+        help='early stopping: the least change that counts as an improvement')
+    add('--early-stop-patience', type=int, default=5,
+        help='early stopping: stop at this many checks (validations, or epochs for a loss) '
+             'in a row without improvement')
     add('--no-hybridize', '--disable-hybridization', dest='hybridize', action='store_false',
         help='run imperatively')
     add('--no-pretrained-base', dest='pretrained_base', action='store_false',
@@ -172,21 +196,30 @@ def build_datasets(args):
     """``(train, val)`` datasets for ``--dataset`` and its companion flags.
 
     Both come from :func:`gluondet.data.resolve_dataset`, as ``gluondet evaluate``'s do;
-    ``--train-json`` and ``--val-json`` name COCO data whatever ``--dataset`` says. A bad
-    flag or folder exits with one line naming it.
+    ``--train-json`` and ``--val-json`` name COCO data whatever ``--dataset`` says, and
+    ``--train-rec`` and ``--val-rec`` record files. A bad flag or folder exits with one line
+    naming it.
     """
     jsons = (args.train_json, args.val_json)
     if any(jsons) and not all(jsons):
         raise SystemExit('--train-json and --val-json go together')
-    name = 'coco' if all(jsons) else args.dataset
+    records = (getattr(args, 'train_rec', ''), getattr(args, 'val_rec', ''))
+    if any(records) and not all(records):
+        raise SystemExit('--train-rec and --val-rec go together')
+    name = 'coco' if all(jsons) else 'rec' if all(records) else args.dataset
+    if name == 'rec' and getattr(args, 'dali', False):
+        raise _user_error('--dali reads the images from their files: it does not take '
+                          '--dataset rec yet (train from the folder, or without --dali)')
     datasets = []
     try:
-        for train, split, json_file, default in zip(
-                (True, False), (args.train_split, args.val_split), jsons, FLAG_SPLIT_DEFAULTS):
+        for train, split, json_file, default, rec in zip(
+                (True, False), (args.train_split, args.val_split), jsons, FLAG_SPLIT_DEFAULTS,
+                records):
             datasets.append(resolve_dataset(
                 name, args.dataset_root, None if json_file or split == default else split,
                 _split_list(args.classes) or None, json_file or None, args.image_root or None,
-                train=train, class_mapping=getattr(args, 'class_mapping', None)))
+                train=train, class_mapping=getattr(args, 'class_mapping', None),
+                records=rec or None))
     except ValueError as err:     # DatasetError included
         raise _user_error(err) from None
     paths = [[ds.image_path(i) for i in range(len(ds))] for ds in datasets]
@@ -210,6 +243,10 @@ def train_config(args, save_prefix, **overrides):
         save_prefix=save_prefix, save_interval=args.save_interval,
         val_interval=args.val_interval, seed=args.seed, logdir=args.logdir,
         hybridize=args.hybridize, horovod=args.horovod, kv_store=args.kv_store,
+        tb_images=args.tb_images, tb_images_interval=args.tb_images_interval,
+        early_stop_monitor=args.early_stop_monitor,
+        early_stop_min_delta=args.early_stop_min_delta,
+        early_stop_patience=args.early_stop_patience,
         hang_timeout=args.hang_timeout, amp=getattr(args, 'amp', False),
         dali=getattr(args, 'dali', False), **warmup)
     if hasattr(args, 'mixup'):
@@ -219,6 +256,19 @@ def train_config(args, save_prefix, **overrides):
         return TrainConfig.from_dict(values, source='flags')
     except ValueError as err:
         raise _user_error(err) from None
+
+
+def pruned_model(args):
+    """``--pruned-model``, checked (a pruned model's .params and json), or None; a bad one
+    exits with one line."""
+    if getattr(args, 'pruned_model', None) is None:
+        return None
+    from .base import check_pruned_model
+    try:
+        check_pruned_model(args.pruned_model)
+    except ValueError as err:
+        raise _user_error('--pruned-model: %s' % err) from None
+    return args.pruned_model
 
 
 def _user_error(err):

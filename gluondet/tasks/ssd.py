@@ -100,13 +100,16 @@ class SSDTask(DetectionTask):
         More arguments for ``get_model`` (``norm_layer``, ``root``, ...).
     val_batch_size, num_workers : int
         For the validation loader.
+    pruned_model : str, optional
+        A model ``gluondet prune`` wrote, to retrain (see
+        :class:`~gluondet.tasks.base.DetectionTask`).
     """
 
     def __init__(self, network, train_dataset, val_dataset, data_shape, classes=None,
                  pretrained_base=True, model_kwargs=None, val_batch_size=16, num_workers=0,
-                 zoom=True, steps='auto'):
+                 zoom=True, steps='auto', pruned_model=None):
         super().__init__(network, train_dataset, val_dataset, classes, pretrained_base,
-                         model_kwargs, val_batch_size, num_workers)
+                         model_kwargs, val_batch_size, num_workers, pruned_model=pruned_model)
         self.width, self.height = ((data_shape, data_shape) if np.isscalar(data_shape)
                                    else tuple(data_shape))
         self.zoom = zoom
@@ -127,8 +130,11 @@ class SSDTask(DetectionTask):
         net = self._get_model(ctx_list, **({} if self.steps is None else {'steps': self.steps}))
         return self._place(net, ctx_list)
 
+    def train_transform(self):
+        return SSDTrainTransform(self.width, self.height, zoom=self.zoom)
+
     def train_dataset(self):
-        return self._train.transform(SSDTrainTransform(self.width, self.height, zoom=self.zoom))
+        return self._train.transform(self.train_transform())
 
     def dali_train_data(self, sampler, config, runtime):
         """The training batches read by DALI (``config.dali``), `SSDTrainTransform`'s

@@ -1,1 +1,2 @@
-"""Tools around the detectors: visualization, dataset conversion, pruning."""
+"""Tools around the detectors: visualization, dataset conversion, pruning, experiment specs
+(gluondet's and NVIDIA TAO's)."""
