@@ -18,6 +18,7 @@ from gluondet.deploy.symbol import ssd_body
 from gluondet.engine.checkpoint import save_params
 from gluondet.model_zoo import get_model
 from gluondet.model_zoo.pruned import apply_channels, named_blocks
+from gluondet.tasks.base import check_pruned_model
 from gluondet.tools.prune import (AGNOSTIC, count_macs, count_params, filter_scores,
                                   kept_count, prune_model, trace_channels)
 
@@ -141,6 +142,7 @@ def test_threshold_zero_changes_no_output(family, tmp_path):
     _, got = _outputs(result['params'], x)
     for a, b in zip(got, expected):
         np.testing.assert_array_equal(a, b)
+    check_pruned_model(result['params'])     # pruned nothing: still a model to retrain
 
 
 def test_pruned_model_runs_rebuilds_exports_with_parity(family, tmp_path):

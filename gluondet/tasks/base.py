@@ -34,7 +34,7 @@ def check_pruned_model(path):
     if meta is None:
         raise ValueError('pruned model %s has no json beside it (%s): give the .params that '
                          'gluondet prune wrote' % (path, os.path.splitext(path)[0] + '.json'))
-    if not pruned_channels(meta, path):
+    if pruned_channels(meta, path) is None:
         raise ValueError('%s is not a pruned model (its json has no meta.pruned); prune it with '
                          'gluondet prune first' % path)
 
@@ -94,7 +94,7 @@ class DetectionTask:
         meta = {'task': self.name, 'network': self.network, 'classes': list(self.classes)}
         if arch:
             meta['model_kwargs'] = arch
-        if self.pruned:
+        if self.pruned is not None:
             meta['pruned'] = {'channels': self.pruned}
         return dict(meta, **extra)
 
