@@ -22,7 +22,7 @@ HOROVOD_ENV := $(if $(filter cu112,$(MXNET_EXTRA)),LD_LIBRARY_PATH="$$($(PY) -c 
 HOROVOD_FAILED := $(if $(filter cu112,$(MXNET_EXTRA)),|| echo 'make venv: no Horovod: built \
   against mxnet-cu112 it needs a CUDA toolkit (docs/install.md)')
 
-.PHONY: venv demo test test-fast bench bench-torch-venv clean-venv check-mxnet
+.PHONY: venv demo test test-fast docs bench bench-torch-venv clean-venv check-mxnet
 
 venv: $(STAMP)
 
@@ -31,7 +31,7 @@ $(STAMP): setup.py $(sort constraints.txt $(CONSTRAINTS)) Makefile | check-mxnet
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	echo $(MXNET) > $(VENV)/.mxnet
 	$(PIP) install -q -c $(CONSTRAINTS) wheel==0.48.0
-	$(PIP) install -q -c $(CONSTRAINTS) -e '.[$(MXNET_EXTRA),test,onnx,dali]'
+	$(PIP) install -q -c $(CONSTRAINTS) -e '.[$(MXNET_EXTRA),test,onnx,dali,docs]'
 	$(PY) -c 'import gluondet, horovod.mxnet' 2>/dev/null || \
 	  HOROVOD_WITH_MXNET=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_TENSORFLOW=1 \
 	  HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MPI=1 $(HOROVOD_ENV) \
@@ -55,8 +55,17 @@ test: venv
 test-fast: venv
 	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist worksteal -m 'not slow' $(PYTEST_ARGS)
 
+# The documentation site, offline: the generated pages (CLI reference, model zoo table) are
+# rewritten from the code, then mkdocs builds site/ (mkdocs.yml); any warning fails it.
+docs: venv
+	$(PY) -m gluondet.tools.docgen
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
+
 bench: venv
 	$(PY) benchmarks/run_all.py
+	for backend in mxnet onnxruntime; do $(PY) -m gluondet benchmark \
+	  --model ssd_300_mobilenet0.25_voc --backend $$backend --batch-sizes 1,8 \
+	  --output runs/benchmark/ssd_300_mobilenet0.25_voc_$$backend.json || exit 1; done
 
 # torchvision for benchmarks/bench_retinanet.py, in an environment of its own (several GB:
 # torch's CUDA build; MXNet needs numpy < 1.24, torch brings numpy 2).

@@ -63,7 +63,7 @@ setup(
         'tensorrt': ['onnx', 'tensorrt', 'cuda-python'],
         'test': ['pytest', 'pytest-timeout', 'pytest-xdist', 'pycocotools', 'faster-coco-eval', 'gluoncv',
                  'onnx', 'onnxruntime', 'ml_dtypes', 'matplotlib'],
-        'docs': ['matplotlib'],
+        'docs': ['matplotlib', 'mkdocs==1.6.1', 'mkdocs-material==9.8.2'],   # make docs
     },
     entry_points={'console_scripts': ['gluondet = gluondet.cli:main']},
     classifiers=[

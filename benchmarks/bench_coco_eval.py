@@ -17,11 +17,14 @@ import io
 import json
 import logging
 import os
+import sys
 import time
 
 import numpy as np
 
 from gluondet.metrics.coco_eval import STAT_NAMES, coco_evaluate
+
+from common import Checks
 
 BCCD_JSON = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..', 'shared',
                          'datasets', 'bccd', 'coco', 'instances_val.json')
@@ -118,7 +121,7 @@ def timed(fn, gt, dets, repeat=3, budget=20.):
     return best, stats
 
 
-def compare(title, gt, dets, skip_pycocotools):
+def compare(title, gt, dets, skip_pycocotools, checks):
     print('%s: %d images, %d ground truths, %d detections, %d categories'
           % (title, len(gt['images']), len(gt['annotations']), len(dets),
              len(gt['categories'])))
@@ -134,7 +137,8 @@ def compare(title, gt, dets, skip_pycocotools):
         print('  %-16s %8.2f s   gluondet is %.1fx faster; max |stat difference| %.2g'
               % (name, their_s, their_s / ours_s, diff))
         if name == 'pycocotools':
-            assert diff <= 1e-12, (name, ours, theirs)
+            checks.check(diff <= 1e-12, '%s: stats differ from pycocotools by %.3g: %s vs %s'
+                         % (title, diff, ours, theirs))
 
 
 def main():
@@ -143,16 +147,18 @@ def main():
     parser.add_argument('--skip-pycocotools', action='store_true',
                         help='pycocotools takes minutes on the synthetic problem')
     args = parser.parse_args()
+    checks = Checks()
     gt, dets = synthetic_problem(args.images)
-    compare('synthetic', gt, dets, args.skip_pycocotools)
+    compare('synthetic', gt, dets, args.skip_pycocotools, checks)
     if os.path.exists(BCCD_JSON):
         with open(BCCD_JSON) as f:
             bccd = json.load(f)
         compare('BCCD val', bccd, detections_for(bccd, np.random.default_rng(1), 100),
-                args.skip_pycocotools)
+                args.skip_pycocotools, checks)
     else:
         print('BCCD json not found at %s: skipped' % BCCD_JSON)
+    return checks.status()
 
 
 if __name__ == '__main__':
-    main()
+    sys.exit(main())

@@ -21,24 +21,29 @@ each at batch 1. Where ONNX Runtime (fp32 or int8) is under the 1.5x goal (``--p
 auto``), or always (``--profile on``), its per-node profile (``enable_profiling``, the
 timed calls after a warm-up) is printed: milliseconds per call by stage (backbone + RPN
 head, proposals, ROI Align, box head, post-processing), by operator type, and the
-``--profile-top`` slowest nodes. ``--mxnet-profile`` adds MXNet's per-operator profile;
-it turns MXNet's bulk execution off (MXNET_EXEC_BULK_EXEC_INFERENCE=0, else the
-profiler sees only fused segments), so that run's MXNet times are not the benchmark's.
+``--profile-top`` slowest nodes. An SSD's profile (batch 1, by operator type and
+slowest nodes) is printed with ``--profile on`` only. ``--mxnet-profile`` adds MXNet's
+per-operator profile; it turns MXNet's bulk execution off
+(MXNET_EXEC_BULK_EXEC_INFERENCE=0, else the profiler sees only fused segments), so that
+run's MXNet times are not the benchmark's.
 
 The runtimes: MXNet runs the Gluon net hybridized with static_alloc/static_shape;
 ONNX Runtime runs ``export_onnx``'s model (SSD: dynamic batch) with ORT_ENABLE_ALL, and
 its int8 version (``quantize_onnx``, calibrated on ``--calib-images`` BCCD trainval
 images, preprocessed as the model is fed). Both use ``--threads`` threads (default:
 every core; MXNet's own default is half the cores): OMP_NUM_THREADS is set before MXNet
-loads, ONNX Runtime gets ``intra_op_num_threads``. Each runtime is timed in turn, twice
-over (best of the two medians), so machine load hits all alike. The float detections
+loads, ONNX Runtime gets ``intra_op_num_threads``. ``--mxnet-threads`` gives MXNet
+another count: ``--mxnet-threads 1`` on two cores compares the runtimes at their own
+defaults (MXNet half the cores, ONNX Runtime all of them). Each runtime is timed in turn,
+twice over (best of the two medians), so machine load hits all alike. The float detections
 of MXNet and ONNX Runtime are compared (``compare_detections``: detections scoring
->= 0.05, scores within 1e-4, boxes within 0.01 px); int8 detections differ by design
-(measure its mAP with ``gluondet evaluate``). Printed ratios: MXNet time / ONNX Runtime
-time.
+>= 0.05, scores within 1e-4, boxes within 0.01 px); if they differ, the script still
+prints every figure, then exits with status 1. int8 detections differ by design
+(measure its mAP with ``benchmarks/onnx_check.py``). Printed ratios: MXNet time / ONNX
+Runtime time.
 
     .venv/bin/python benchmarks/bench_onnx.py [--networks ssd_512_mobilenet1.0_voc,...]
-        [--batch 8] [--repeat 7] [--threads 2] [--calib-images 32]
+        [--batch 8] [--repeat 7] [--threads 2] [--mxnet-threads 1] [--calib-images 32]
         [--rcnn-short 600 --rcnn-max-size 1000] [--rcnn-compare 8]
         [--profile auto|on|off] [--profile-top 12] [--mxnet-profile]
 """
@@ -50,6 +55,8 @@ import statistics
 import sys
 import tempfile
 import time
+
+from common import Checks
 
 BCCD = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..', 'shared',
                     'datasets', 'bccd', 'BCCD')
@@ -104,6 +111,8 @@ def main():
     parser.add_argument('--batch', type=int, default=8)
     parser.add_argument('--repeat', type=int, default=7)
     parser.add_argument('--threads', type=int, default=os.cpu_count())
+    parser.add_argument('--mxnet-threads', type=int,
+                        help="MXNet's OpenMP threads (default: --threads)")
     parser.add_argument('--calib-images', type=int, default=32)
     parser.add_argument('--rcnn-short', type=int,
                         help="Faster R-CNN: shorter side of the input (default: the zoo's)")
@@ -112,14 +121,15 @@ def main():
     parser.add_argument('--rcnn-compare', type=int, default=8,
                         help='Faster R-CNN: test images whose float detections are compared')
     parser.add_argument('--profile', choices=('auto', 'on', 'off'), default='auto',
-                        help="Faster R-CNN: ONNX Runtime's per-node profile (auto: where "
-                             "under the %.1fx goal)" % GOAL)
+                        help="ONNX Runtime's per-node profile (auto: a Faster R-CNN's where "
+                             "under the %.1fx goal; an SSD's with 'on' only)" % GOAL)
     parser.add_argument('--profile-top', type=int, default=12)
     parser.add_argument('--mxnet-profile', action='store_true',
                         help="Faster R-CNN: MXNet's per-operator profile too (bulk execution "
                              "off: that run's MXNet times are not the benchmark's)")
     args = parser.parse_args()
-    os.environ['OMP_NUM_THREADS'] = str(args.threads)   # before MXNet loads
+    args.mxnet_threads = args.mxnet_threads or args.threads
+    os.environ['OMP_NUM_THREADS'] = str(args.mxnet_threads)   # before MXNet loads
     if args.mxnet_profile:
         os.environ['MXNET_EXEC_BULK_EXEC_INFERENCE'] = '0'
     if not os.path.isdir(BCCD):
@@ -133,25 +143,27 @@ def main():
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     options.intra_op_num_threads = args.threads
-    print('onnxruntime %s, mxnet %s, %d threads each' % (ort.__version__, mx.__version__,
-                                                         args.threads), flush=True)
+    print('onnxruntime %s with %d threads, mxnet %s with %d' % (
+        ort.__version__, args.threads, mx.__version__, args.mxnet_threads), flush=True)
     if args.mxnet_profile:
         print('MXNET_EXEC_BULK_EXEC_INFERENCE=0 (--mxnet-profile): MXNet times of this run '
               'are not the benchmark\'s', flush=True)
     test = VOCDetection(BCCD, splits='test', classes=CLASSES)
     calib = VOCDetection(BCCD, splits='trainval', classes=CLASSES)
+    checks = Checks()
     for name in args.networks.split(','):
         if name.startswith('faster_rcnn'):
-            bench_rcnn(name, args, options, test, calib)
+            bench_rcnn(name, args, options, test, calib, checks)
         else:
-            bench_ssd(name, args, options, test, calib)
-    return 0
+            bench_ssd(name, args, options, test, calib, checks)
+    return checks.status()
 
 
-def bench_ssd(name, args, options, test, calib):
+def bench_ssd(name, args, options, test, calib, checks):
     """An SSD's rows: latency at batch 1, throughput at ``--batch``."""
     import mxnet as mx
     import numpy as np
+    import onnx
     import onnxruntime as ort
     from gluondet.deploy import compare_detections, detecting_random_weights, export_onnx
     from gluondet.deploy.calibration import CalibrationBatches
@@ -173,6 +185,7 @@ def bench_ssd(name, args, options, test, calib):
               % (name, args.calib_images, time.perf_counter() - start), flush=True)
         sessions = [ort.InferenceSession(p, options, providers=['CPUExecutionProvider'])
                     for p in (path, int8_path)]
+        models = [onnx.load(p) for p in (path, int8_path)]
     for batch in (1, args.batch):
         x_np = np.ascontiguousarray(data[:batch])
         x_nd = mx.nd.array(x_np)
@@ -187,9 +200,15 @@ def bench_ssd(name, args, options, test, calib):
               % (name, label, times[0] * 1e3, batch / times[0], times[1] * 1e3,
                  batch / times[1], times[2] * 1e3, batch / times[2], times[0] / times[1],
                  times[0] / times[2], comparison), flush=True)
+        checks.check(comparison.ok, '%s %s: float detections of ONNX Runtime differ from '
+                     "MXNet's: %s" % (name, label, comparison))
+    if args.profile == 'on':
+        print_ort_profile('%s onnxruntime fp32, batch 1' % name, models[0], None,
+                          options, np.ascontiguousarray(data[:1]), args.repeat,
+                          args.profile_top)
 
 
-def bench_rcnn(name, args, options, test, calib):
+def bench_rcnn(name, args, options, test, calib, checks):
     """A Faster R-CNN's row: latency at batch 1 on the model's own preprocessing."""
     import mxnet as mx
     import numpy as np
@@ -246,6 +265,8 @@ def bench_rcnn(name, args, options, test, calib):
           'float detections on %d images: %s'
           % (name, height, width, times[0] * 1e3, times[1] * 1e3, times[2] * 1e3,
              times[0] / times[1], times[0] / times[2], GOAL, len(data), comparison), flush=True)
+    checks.check(comparison.ok, "%s: float detections of ONNX Runtime differ from MXNet's: %s"
+                 % (name, comparison))
 
     stages = rcnn_stages(models[0])     # the int8 model keeps the float one's node names
     for label, model, ratio in zip(('fp32', 'int8'), models,
@@ -308,7 +329,9 @@ def _share(ms, total):
 def print_ort_profile(label, model, stages, options, x, repeat, top):
     """ONNX Runtime's per-node profile of ``model`` on ``x``: ``repeat`` calls after a
     warm-up, milliseconds per call by stage (``stages``: :func:`rcnn_stages` of the float
-    export), by operator type and the ``top`` slowest nodes."""
+    export; None: no stages), by operator type and the ``top`` slowest nodes."""
+    staged = stages is not None
+    stages = stages or {}
     import onnxruntime as ort
     with tempfile.TemporaryDirectory() as tmp:
         profiled = ort.SessionOptions()
@@ -340,14 +363,15 @@ def print_ort_profile(label, model, stages, options, x, repeat, top):
     node_ms = sum(by_op.values())
     print('%s profile: %d calls, %.1f ms per call, %.1f ms in nodes'
           % (label, len(timed_calls), call_ms, node_ms))
-    print('  by stage: ' + ', '.join('%s %s' % (s, _share(by_stage[s], node_ms)) for s in
-                                     (BODY, PROPOSALS, ROI_ALIGN, HEAD, POST, REORDERS, OTHER)
-                                     if by_stage[s]))
+    if staged:
+        print('  by stage: ' + ', '.join('%s %s' % (s, _share(by_stage[s], node_ms)) for s in
+                                         (BODY, PROPOSALS, ROI_ALIGN, HEAD, POST, REORDERS,
+                                          OTHER) if by_stage[s]))
     print('  by operator: ' + ', '.join('%s %s' % (op, _share(ms, node_ms))
                                         for op, ms in by_op.most_common(top)))
     print('  slowest nodes: ' + '; '.join(
-        '%s (%s, %s) %s' % (name, ops[name], _stage(name, ops[name], stages),
-                            _share(ms, node_ms)) for name, ms in by_node.most_common(top)),
+        '%s (%s%s) %s' % (name, ops[name], ', ' + _stage(name, ops[name], stages) if staged
+                          else '', _share(ms, node_ms)) for name, ms in by_node.most_common(top)),
           flush=True)
 
 

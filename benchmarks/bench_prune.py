@@ -23,6 +23,12 @@ validating on test at its end; 0 skips it, ``--retrained PATH`` measures a model
 before. Results go to ``--out``/``results.json`` and a
 markdown table on stdout.
 
+Before pruning it prints how weak the trained model's weakest filters are, as the prune
+scores them (``--normalizer``: with ``max``, each filter's L2 norm over its layer's
+largest): per prunable layer its weakest filter's score, the lowest of any layer and the
+median layer's; and per channel group (the layers that share channels, their scores merged
+by ``--eq``) the lowest, below which ``-pth`` removes nothing.
+
     .venv/bin/python benchmarks/bench_prune.py --detector retinanet \
         --model /tmp/bccd_ret/retinanet_resnet18_v1b_custom_best.params --out /tmp/prune_ret \
         [--pth 0.1 --nf 16 --pg 8 --eq union --normalizer max] [--retrain-epochs 3]
@@ -90,6 +96,34 @@ def _measure(params, args):
             'input': list(shape), 'file': params}
 
 
+def weakest_filters(params, args):
+    """Each prunable layer's and each channel group's weakest filter score, as ``gluondet
+    prune`` scores them (recorded from its own decision): ``{'layer': [...], 'group':
+    [...]}``."""
+    import numpy as np
+    from gluondet.deploy.predictor import load_network
+    from gluondet.tools import prune
+    net, info = load_network(params)
+    lowest = {'layer': [], 'group': []}
+    score, decide = prune.filter_scores, prune._kept    # pylint: disable=protected-access
+
+    def scoring(weight, normalizer):
+        scores = score(weight, normalizer)
+        lowest['layer'].append(float(np.min(scores)))
+        return scores
+
+    def deciding(scores, *rest):
+        lowest['group'].append(float(np.min(scores)))
+        return decide(scores, *rest)
+    prune.filter_scores, prune._kept = scoring, deciding
+    try:
+        prune.prune_net(net, tuple(info['data_shape']), args.normalizer, args.eq, args.pth,
+                        args.nf, args.pg)
+    finally:
+        prune.filter_scores, prune._kept = score, decide
+    return lowest
+
+
 def _latencies(stages, args):
     """Median latency (ms) of each stage's model, measured in turns (``--repeat`` rounds, a
     run of each model per round, after 2 warm-up runs each), so that other load on the
@@ -148,6 +182,13 @@ def main(argv=None):
             parser.error('give --model or --train-epochs')
         model = _train(args, out + 'base_', args.train_epochs, [])
     from gluondet.tools.prune import prune_model
+    weakest = weakest_filters(model, args)
+    layers, groups = weakest['layer'], weakest['group']
+    print('weakest filter score (normalizer %s) of %d prunable layers: lowest %.2f, median '
+          'layer %.2f; of %d channel groups (%s): median group %.2f, lowest %.2f, so -pth '
+          'below it removes nothing' % (args.normalizer, len(layers), min(layers),
+                                        statistics.median(layers), len(groups), args.eq,
+                                        statistics.median(groups), min(groups)), flush=True)
     stages = {'trained': _measure(model, args)}
     print(json.dumps(stages['trained']), flush=True)
     pruned = prune_model(model, out + 'pruned', args.normalizer, args.eq, args.pth, args.nf,

@@ -12,7 +12,11 @@ disk, full SSD augmentation), each in its own process:
 - ``gluondet``: ``gluondet.engine.fit`` on an ``SSDTask``: loader, targets,
   hooks, logging and all;
 - ``compute``: gluondet's forward (targets included) + backward + SGD step on
-  batches staged in memory beforehand: no loading, no hooks.
+  batches staged in memory beforehand: no loading, no hooks. Staging the batches
+  (reading, augmenting, targets' inputs) is timed too: loading ms a batch;
+- ``overlap`` (with ``--overlap``): ``gluondet`` with the engine loading the next
+  batch while the asynchronous step runs (``loop.overlap_loading``, the engine's
+  default on GPUs; on CPUs it waits for the step).
 
 All loops run with MXNet's OpenMP pool (``OMP_NUM_THREADS`` if set; else
 MXNet's default, half the CPUs on x86); ``--gluoncv-omp-threads N`` sets it
@@ -20,11 +24,13 @@ for GluonCV's loop alone.
 
 Each loop times ``--steps`` steps after ``--warmup`` steps. The loops run in
 turn, ``--rounds`` times; a loop's figure is its median samples/s. Printed:
-gluondet / GluonCV (goal >= 1.25) and gluondet / compute (goal >= 0.95).
+gluondet / GluonCV (goal >= 1.25), gluondet / compute (goal >= 0.95), overlap /
+compute and overlap / gluondet, and the compute loop's loading and step milliseconds a
+batch (the step's share of the two).
 
     .venv/bin/python benchmarks/bench_ssd_train.py [--network ssd_512_mobilenet1.0_voc]
         [--batch-size 4] [--steps 12] [--warmup 3] [--rounds 3]
-        [--gluoncv-workers 4] [--workers 0] [--gluoncv-omp-threads 0]
+        [--gluoncv-workers 4] [--workers 0] [--gluoncv-omp-threads 0] [--overlap]
 """
 import argparse
 import json
@@ -39,7 +45,7 @@ import warnings
 BCCD = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..', 'shared',
                     'datasets', 'bccd')
 CLASSES = ('RBC', 'WBC', 'Platelets')
-ROLES = ('gluoncv', 'gluondet', 'compute')
+ROLES = ('gluoncv', 'gluondet', 'compute', 'overlap')
 
 
 class Head:
@@ -141,12 +147,16 @@ def _config(args, prefix):
         val_interval=0, save_interval=0, log_interval=10 ** 6, save_prefix=prefix, seed=0))
 
 
-def run_gluondet(args):
+def run_gluondet(args, overlap=False):
     from gluondet.engine import HookBase, fit
 
     class StepClock(HookBase):
         def __init__(self):
             self.times = []
+
+        def before_train(self):
+            if overlap:
+                self.loop.overlap_loading = True
 
         def after_step(self):
             self.times.append(time.perf_counter())
@@ -155,6 +165,10 @@ def run_gluondet(args):
     with tempfile.TemporaryDirectory() as tmp:
         fit(_task(args), _config(args, os.path.join(tmp, 'bench')), hooks=[clock])
     return clock.times
+
+
+def run_overlap(args):
+    return run_gluondet(args, overlap=True)
 
 
 def run_compute(args):
@@ -167,8 +181,10 @@ def run_compute(args):
     net.hybridize(static_alloc=True, static_shape=True)
     data = TrainData(task.train_dataset(), task.train_batchify, config.batch_size,
                      config.num_workers, config.seed)
+    start = time.perf_counter()
     staged = [split_batch(batch, [mx.cpu()]) for batch in data.epoch(0)]
     mx.nd.waitall()
+    args.load_ms = 1e3 * (time.perf_counter() - start) / len(staged)
     trainer = gluon.Trainer(net.collect_params(), 'sgd',
                             {'learning_rate': 0.001, 'wd': 0.0005, 'momentum': 0.9})
     times = []
@@ -197,6 +213,8 @@ def parse_args(argv=None):
                         help="gluondet's loader worker processes")
     parser.add_argument('--gluoncv-omp-threads', type=int, default=0,
                         help="OMP_NUM_THREADS for GluonCV's loop alone (0: as the others)")
+    parser.add_argument('--overlap', action='store_true',
+                        help='also time gluondet with loading overlapped with the step')
     parser.add_argument('--role', choices=ROLES, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     args.images = (args.warmup + args.steps) * args.batch_size
@@ -208,14 +226,16 @@ def main(argv=None):
     if args.role:
         times = globals()['run_' + args.role](args)
         print(json.dumps({'samples_per_sec': args.batch_size * _steps_per_second(
-            times, args.warmup), 'steps': len(times)}))
+            times, args.warmup), 'steps': len(times), 'load_ms': getattr(args, 'load_ms', None)}))
         return
     if not os.path.isdir(BCCD):
         raise SystemExit('BCCD not found at %s (../shared/datasets/bccd)' % BCCD)
-    rates = {role: [] for role in ROLES}
+    roles = ROLES if args.overlap else ROLES[:3]
+    rates = {role: [] for role in roles}
+    load_ms = []
     argv = [a for a in (argv if argv is not None else sys.argv[1:])]
     for r in range(args.rounds):
-        for role in ROLES:
+        for role in roles:
             env = dict(os.environ)
             if role == 'gluoncv' and args.gluoncv_omp_threads:
                 env['OMP_NUM_THREADS'] = str(args.gluoncv_omp_threads)
@@ -223,6 +243,8 @@ def main(argv=None):
                                  stdout=subprocess.PIPE, text=True, env=env).stdout
             result = json.loads(out.strip().splitlines()[-1])
             rates[role].append(result['samples_per_sec'])
+            if result['load_ms'] is not None:
+                load_ms.append(result['load_ms'])
             print('round %d %-8s %.3f samples/s' % (r + 1, role, result['samples_per_sec']),
                   flush=True)
     med = {role: statistics.median(v) for role, v in rates.items()}
@@ -231,10 +253,17 @@ def main(argv=None):
               args.network, args.batch_size, args.data_shape, args.steps, args.warmup,
               args.rounds, args.gluoncv_workers, args.gluoncv_omp_threads or 'default',
               args.workers))
-    for role in ROLES:
+    for role in roles:
         print('%-8s %.3f samples/s' % (role, med[role]))
     print('gluondet / gluoncv  %.2f (goal >= 1.25)' % (med['gluondet'] / med['gluoncv']))
     print('gluondet / compute  %.2f (goal >= 0.95)' % (med['gluondet'] / med['compute']))
+    if args.overlap:
+        print('overlap / compute   %.2f (loading overlapped with the step)'
+              % (med['overlap'] / med['compute']))
+        print('overlap / gluondet  %.2f' % (med['overlap'] / med['gluondet']))
+    step_ms, load = 1e3 * args.batch_size / med['compute'], statistics.median(load_ms)
+    print('compute loop: loading %.0f ms a batch (staging), step %.0f ms: the step is %.0f%% '
+          'of loading + step' % (load, step_ms, 100 * step_ms / (step_ms + load)))
 
 
 if __name__ == '__main__':

@@ -12,6 +12,17 @@ Measures, on real BCCD photographs (640x480) when ../shared/datasets is present
 
 Prints the time per call of each and the speed-up (GluonCV time / gluondet time).
 
+Checks that both sides give the same result (else exit status 1). The augmentation and
+the crop sampler are random and draw in another order on each side (gluondet: one numpy
+generator, the crop windows drawn at once; GluonCV: numpy's and Python's global
+generators, one window at a time), so their outputs are compared step by step on the
+same parameters, on every image: resize to 300x300 (each of OpenCV's five methods):
+pixels within 1 level (MXNet links its own OpenCV build, gluondet opencv-python's: a
+few rounding differences), boxes within 1e-3 px; flip: boxes equal; a crop window that keeps
+part of the boxes (without centre outside): the same boxes, within 1e-4 px; normalize:
+within 1e-5; and every augmented image is 3x300x300 with its boxes inside it. IoU: the
+same matrix within 1e-6.
+
 Usage: .venv/bin/python benchmarks/bench_transforms.py [--images 40] [--repeat 3]
 """
 import argparse
@@ -21,6 +32,8 @@ import random
 import time
 import xml.etree.ElementTree as ET
 
+import sys
+
 import cv2
 import numpy as np
 
@@ -28,6 +41,8 @@ import gluondet  # noqa: F401  (numpy aliases before mxnet)
 import mxnet as mx
 from gluondet.bbox import bbox_iou
 from gluondet.data import transforms as T
+
+from common import Checks
 
 DATASETS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__)))), 'shared', 'datasets')
@@ -79,6 +94,68 @@ def report(name, ours, theirs):
           % (name, ours * 1e3, theirs * 1e3, theirs / ours))
 
 
+def check_steps(checks, samples):
+    """The augmentation's deterministic steps, gluondet vs GluonCV, on the same parameters."""
+    from gluoncv.data.transforms import bbox as gbbox, image as gimage
+    worst = {'resize pixels': 0, 'resize boxes': 0., 'flip boxes': 0., 'crop boxes': 0.,
+             'normalize': 0.}
+    crop_sizes = set()
+    differing = [0, 0]      # resized pixel values that differ, of all
+    for img, label in samples:
+        h, w = img.shape[:2]
+        nd_img = mx.nd.array(img, dtype='uint8')
+        for interp in range(5):
+            ours, our_label = T.resize(img, label, 300, interp=interp)
+            theirs = gimage.imresize(nd_img, 300, 300, interp=interp).asnumpy()
+            diff = np.abs(ours.astype(int) - theirs.astype(int))
+            worst['resize pixels'] = max(worst['resize pixels'], int(diff.max()))
+            differing[0] += int((diff > 0).sum())
+            differing[1] += diff.size
+            worst['resize boxes'] = max(worst['resize boxes'], float(np.abs(
+                our_label[:, :4] - gbbox.resize(label.copy(), (w, h), (300, 300))[:, :4]).max()))
+        worst['flip boxes'] = max(worst['flip boxes'], float(np.abs(
+            T.bbox_flip(label, (w, h), flip_x=True)
+            - gbbox.flip(label.copy(), (w, h), flip_x=True)).max()))
+        crop = (w // 5, h // 6, w // 2, h // 2)
+        ours = T.bbox_crop(label, crop, allow_outside_center=False)
+        theirs = gbbox.crop(label.copy(), crop, allow_outside_center=False)
+        crop_sizes.add((len(label), len(ours)))
+        same_count = ours.shape == theirs.shape
+        checks.check(same_count, 'crop: %d boxes kept by gluondet, %d by GluonCV'
+                     % (len(ours), len(theirs)))
+        if same_count and len(ours):
+            worst['crop boxes'] = max(worst['crop boxes'], float(np.abs(ours - theirs).max()))
+        theirs = mx.nd.image.normalize(mx.nd.image.to_tensor(nd_img), T.IMAGENET_MEAN,
+                                       T.IMAGENET_STD).asnumpy()
+        worst['normalize'] = max(worst['normalize'], float(np.abs(T.normalize(img)
+                                                                   - theirs).max()))
+    tolerances = {'resize pixels': 1, 'resize boxes': 1e-3, 'flip boxes': 0,
+                  'crop boxes': 1e-4, 'normalize': 1e-5}
+    print('same parameters, gluondet vs gluoncv, max differences on %d images: %s; resized '
+          'pixel values differing: %.4f%%'
+          % (len(samples), ', '.join('%s %.3g (tolerance %g)' % (k, v, tolerances[k])
+                                     for k, v in worst.items()),
+             100 * differing[0] / differing[1]))
+    for key, value in worst.items():
+        checks.check(value <= tolerances[key], '%s differ by %.3g' % (key, value))
+    kept = sum(k for _, k in crop_sizes) / max(1, sum(n for n, _ in crop_sizes))
+    checks.check(0 < kept < 1, 'the crop check window kept %.0f%% of the boxes' % (100 * kept))
+
+
+def check_augmented(checks, samples, augment, label_name):
+    """Every augmented image is 3x300x300 with its boxes inside it."""
+    bad = 0
+    for img, label in samples:
+        out, box = augment(img, label)
+        out = out.asnumpy() if isinstance(out, mx.nd.NDArray) else out
+        box = np.asarray(box)
+        if out.shape != (3, 300, 300) or (len(box) and (box[:, :4].min() < -1e-3 or
+                                                        box[:, :4].max() > 300 + 1e-3)):
+            bad += 1
+    checks.check(not bad, '%s: %d augmented images of the wrong shape or with boxes outside'
+                 % (label_name, bad))
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('--images', type=int, default=40)
@@ -88,6 +165,7 @@ def main():
     from gluoncv.data.transforms.experimental.bbox import random_crop_with_constraints
     from gluoncv.utils.bbox import bbox_iou as gcv_iou
 
+    checks = Checks()
     samples, real = load_samples(args.images)
     print('data: %d %s images, %d boxes' % (len(samples), 'BCCD' if real else 'random',
                                            sum(len(lab) for _, lab in samples)))
@@ -117,6 +195,14 @@ def main():
     report('IoU 8732 anchors x 20 boxes', per_call(bbox_iou, gts, args.repeat),
            per_call(gcv_iou, gts, args.repeat))
 
+    iou_diff = max(float(np.abs(bbox_iou(a, b) - gcv_iou(a, b)).max()) for a, b in gts)
+    print('IoU: max difference %.2g (tolerance 1e-6)' % iou_diff)
+    checks.check(iou_diff <= 1e-6, 'IoU differs by %.2g' % iou_diff)
+    check_steps(checks, samples)
+    check_augmented(checks, samples, ssd_augment, 'gluondet')
+    check_augmented(checks, nd_samples, gcv_augment, 'gluoncv')
+    return checks.status()
+
 
 if __name__ == '__main__':
-    main()
+    sys.exit(main())

@@ -1,16 +1,20 @@
 """VOC07 mAP (update + get) on 5,000 images x 100 detections, 20 classes: gluondet vs GluonCV.
 
 Both metrics see the same batches in the same run; the script prints each
-time, the speed-up and checks that the mAPs (and every class AP) are identical.
+time, the speed-up and checks that the mAPs (and every class AP) are identical (else
+exit status 1).
 
     .venv/bin/python benchmarks/bench_voc_metric.py [--images 5000] [--batch 16]
 """
 import argparse
+import sys
 import time
 
 import numpy as np
 
 from gluondet.metrics import VOC07MApMetric
+
+from common import Checks
 
 
 def make_batches(num_images, batch_size, num_dets=100, max_gts=20, num_classes=20, seed=0):
@@ -62,9 +66,12 @@ def main():
     print('gluondet  %8.3f s  mAP %.6f' % (ours_s, ours[-1]))
     print('gluoncv   %8.3f s  mAP %.6f' % (theirs_s, theirs[-1]))
     print('speed-up  %8.1fx' % (theirs_s / ours_s))
-    assert np.array_equal(np.array(ours), np.array(theirs), equal_nan=True), (ours, theirs)
-    print('identical per-class APs and mAP')
+    checks = Checks()
+    if checks.check(np.array_equal(np.array(ours), np.array(theirs), equal_nan=True),
+                    'APs differ: gluondet %s, gluoncv %s' % (ours, theirs)):
+        print('identical per-class APs and mAP')
+    return checks.status()
 
 
 if __name__ == '__main__':
-    main()
+    sys.exit(main())

@@ -13,9 +13,16 @@ Faster R-CNN) to a dynamic-batch float ONNX model and to an int8 one calibrated 
 - prints the VOC07 mAP of each of the three (``gluondet evaluate``'s code; the Gluon
   net's with each image at its own size).
 
+Checks (the figures print first; any failed check ends in exit status 1): the float ONNX
+model's detections pair with the Gluon net's within the tolerances above, and its mAP
+equals the Gluon net's within 0.001; with ``--int8-drop D``, also that the int8 model's mAP
+is at most D below the Gluon net's (int8 differs by design: a bound, not a parity check).
+Calibration methods: those ``quantize_onnx`` offers (minmax, percentile).
+
     .venv/bin/python benchmarks/onnx_check.py --model runs/bccd/ssd_160_mobilenet0.5_custom_best.params
         [--dataset-root ../shared/datasets/bccd/BCCD --split test --calib-split trainval
-         --calib-batches 8 --method minmax --data-shape 608,800 --workdir onnx_check]
+         --calib-batches 8 --method minmax --data-shape 608,800 --workdir onnx_check
+         --int8-drop 0.03]
 """
 import argparse
 import os
@@ -25,6 +32,8 @@ import time
 from gluondet.data import VOCDetection
 from gluondet.deploy import Predictor, compare_detections
 from gluondet.deploy.infer import evaluate_model, export_model
+
+from common import Checks
 
 BCCD = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..', 'shared',
                     'datasets', 'bccd', 'BCCD')
@@ -54,12 +63,16 @@ def main():
     parser.add_argument('--split', default='test')
     parser.add_argument('--calib-split', default='trainval')
     parser.add_argument('--calib-batches', type=int, default=8)
-    parser.add_argument('--method', default='minmax')
+    parser.add_argument('--method', default='minmax', choices=('minmax', 'percentile'))
     parser.add_argument('--batch', type=int, default=8)
     parser.add_argument('--data-shape', type=data_shape,
                         help="ONNX input HEIGHT,WIDTH of a Faster R-CNN (default: the model's)")
     parser.add_argument('--workdir', default='onnx_check')
+    parser.add_argument('--int8-drop', type=float,
+                        help="check that the int8 model's mAP is at most this far below the "
+                             "Gluon net's (default: not checked)")
     args = parser.parse_args()
+    checks = Checks()
     os.makedirs(args.workdir, exist_ok=True)
 
     reference = Predictor.from_model(args.model)
@@ -98,12 +111,25 @@ def main():
         result = compare_detections(expected, detections(predictor))
         print('%s vs gluon on %d %s images: %s%s' % (name, len(paths), args.split, result,
                                                    '' if result.ok else ' (NOT within tolerance)'))
+        if name == 'onnx fp32':
+            checks.check(result.ok, "onnx fp32 detections differ from the Gluon net's: %s"
+                         % (result,))
+    maps = {}
     for name, path in (('gluon', args.model), ('onnx fp32', float_path),
                        ('onnx int8', int8_path)):
         print('%s:' % name, flush=True)
-        evaluate_model(path, 'voc', args.dataset_root, args.split, batch_size=args.batch,
-                       progress=False)
-    return 0
+        maps[name] = evaluate_model(path, 'voc', args.dataset_root, args.split,
+                                    batch_size=args.batch, progress=False)['mAP']
+    print('VOC07 mAP: gluon %.4f, onnx fp32 %.4f, onnx int8 (%s) %.4f'
+          % (maps['gluon'], maps['onnx fp32'], args.method, maps['onnx int8']))
+    checks.check(abs(maps['onnx fp32'] - maps['gluon']) <= 1e-3,
+                 "onnx fp32 mAP %.4f is not the Gluon net's %.4f (within 0.001)"
+                 % (maps['onnx fp32'], maps['gluon']))
+    if args.int8_drop is not None:
+        checks.check(maps['onnx int8'] >= maps['gluon'] - args.int8_drop,
+                     "onnx int8 mAP %.4f is more than %g below the Gluon net's %.4f"
+                     % (maps['onnx int8'], args.int8_drop, maps['gluon']))
+    return checks.status()
 
 
 if __name__ == '__main__':

@@ -72,9 +72,9 @@ def _weights_arguments(parser, data_shape_help="input size S or HEIGHT,WIDTH (de
 
 def _export_arguments(parser):
     add = parser.add_argument
-    add('--network', required=True,
+    add('--network', '-m', '--model', dest='network', required=True,
         help='a model zoo name (with --params or --pretrained) or a training output '
-             'PREFIX_best.params (its json beside); SSD or Faster R-CNN')
+             "PREFIX_best.params (its json beside; TAO's -m)")
     _weights_arguments(parser, "input size S or HEIGHT,WIDTH (default: the model's). A Faster "
                                "R-CNN's ONNX model and engine take this one size (default its "
                                "short x max size, rounded up to its multiple); its symbol any")
@@ -94,13 +94,26 @@ def _export_arguments(parser):
     add('--calibration-cache', help='int8: calibration cache file, reused if it exists')
     add('--calibration-method', choices=('minmax', 'percentile'),
         help='onnx int8: how activation ranges are chosen (default minmax)')
-    add('--gen-ds-config', action='store_true',
+    add('--gen-ds-config', '--gen_ds_config', action='store_true',
         help='onnx, tensorrt: also write a DeepStream nvinfer config (nvinfer_config.txt) and '
              'labels.txt beside the model')
+    add('-e', '--experiment-spec', '--experiment_spec', '--experiment_spec_file',
+        dest='experiment_spec', help="TAO's export -e: the exported graph takes the spec's "
+                                     'nms_config')
+    add('-k', '--key', help='accepted for TAO command lines and ignored')
 
 
 def _export(args):
     from .deploy import infer
+    from .tools import spec_cli
+    if args.key:
+        print('gluondet export: ' + spec_cli.KEY_NOTICE, file=sys.stderr)
+    nms = None
+    if args.experiment_spec:
+        try:
+            nms = spec_cli.export_nms(args.experiment_spec)
+        except (ValueError, OSError) as err:
+            return spec_cli.specs.main_error('export', err)
     return infer.run_command(
         'export', infer.export_model, network=args.network, output=args.output, fmt=args.fmt,
         params=args.params, pretrained=args.pretrained, classes=args.classes,
@@ -108,7 +121,7 @@ def _export(args):
         dynamic_batch=args.dynamic_batch, precision=args.precision,
         calibration_images=args.calibration_images,
         calibration_batches=args.calibration_batches, calibration_cache=args.calibration_cache,
-        calibration_method=args.calibration_method, gen_ds_config=args.gen_ds_config)
+        calibration_method=args.calibration_method, gen_ds_config=args.gen_ds_config, nms=nms)
 
 
 def _infer_arguments(parser):
@@ -157,6 +170,11 @@ def _evaluate_arguments(parser):
     add('--ap', choices=('11point', 'area'),
         help="VOC07's 11-point AP (TAO's SAMPLE, the default) or the area under the PR curve "
              "(INTEGRATE; default with -e: the spec's average_precision_mode)")
+    add('--plots', metavar='DIR',
+        help='also draw into DIR: pr_curves.png (each class, its AP), confusion_matrix.png '
+             '(classes and background, at the IoU of the evaluation) and ap_per_class.png')
+    add('--confusion-score', type=float, default=0.25, metavar='SCORE',
+        help='least score of a detection counted in confusion_matrix.png (default 0.25)')
     from .tools import spec_cli
     spec_cli.add_spec_arguments(parser)
 
@@ -176,7 +194,7 @@ def _evaluate(args):
         image_root=args.image_root, backend=args.backend, params=args.params,
         pretrained=args.pretrained, data_shape=args.data_shape, classes=args.classes,
         batch_size=args.batch_size, records=args.records, iou_thresh=args.iou_thresh or 0.5,
-        ap=args.ap or '11point')
+        ap=args.ap or '11point', plots=args.plots, confusion_score=args.confusion_score)
 
 
 def _train_arguments(parser):
@@ -197,6 +215,27 @@ def _inference_arguments(parser):
 def _inference(args):
     from .tools import spec_cli
     return spec_cli.inference(args)
+
+
+def _plot_arguments(parser):
+    add = parser.add_argument
+    add('runs', nargs='+', metavar='RUN_PREFIX',
+        help="a training run's save prefix (its PREFIX_metrics.jsonl is read; a .jsonl path "
+             'is taken as it is)')
+    add('-o', '--output', default='curves.png', help='the picture (default curves.png)')
+    add('--metric', default='mAP', help='the validation metric drawn (default mAP)')
+
+
+def _plot(args):
+    from . import plots
+    try:
+        plots.plot_runs(args.runs, args.output, args.metric)
+    except (ValueError, OSError, ImportError) as err:
+        print('gluondet plot: error: %s' % err, file=sys.stderr)
+        return 1
+    print('%s: the curves of %d run%s' % (args.output, len(args.runs),
+                                         's' if len(args.runs) > 1 else ''))
+    return 0
 
 
 def _convert_arguments(parser):
@@ -248,6 +287,45 @@ def _prune(args):
         min_filters=args.min_filters, granularity=args.granularity, excluded=args.excluded)
 
 
+def _benchmark_arguments(parser):
+    add = parser.add_argument
+    add('-m', '--model', required=True,
+        help='what infer --model takes: a model zoo name (random weights made to detect many '
+             'boxes, unless --params or --pretrained), a training output PREFIX_best.params, '
+             'a symbol PREFIX, a .onnx file or a TensorRT .engine file')
+    add('--backend', choices=('mxnet', 'onnxruntime', 'tensorrt'),
+        help="default: the model's. A Gluon network (zoo name or .params) with onnxruntime "
+             'or tensorrt is first exported to a temporary ONNX model with a dynamic batch '
+             '(tensorrt: and an fp32 engine up to the largest batch size)')
+    _weights_arguments(parser, "input size S or HEIGHT,WIDTH of a fixed-size model (SSD; "
+                               "default: the model's)")
+    add('--batch-sizes', default='1', help='comma-separated batch sizes to time (default 1)')
+    add('--threads', type=int,
+        help="CPU threads: MXNet's OpenMP threads (OMP_NUM_THREADS) or ONNX Runtime's intra-op "
+             "threads (default: gluondet's, one per physical core)")
+    add('--warmup', type=int, default=5, help='untimed runs before each batch size (default 5)')
+    add('--iters', type=int, help='timed runs per batch size (default 100, unless --seconds)')
+    add('--seconds', type=float, help='stop timing a batch size after this long')
+    add('--output', help='also write the results as json (per batch size latency mean, p50, '
+                         'p90, p99 in ms and images/s; the machine and versions)')
+    parser.epilog = ('Timed: the network forward with its box decoding and NMS on a '
+                     'preprocessed batch, until the outputs are in host memory; not image '
+                     'decoding, resizing or normalization.')
+
+
+def _benchmark(args):
+    from . import threads
+    if args.threads is not None and args.threads >= 1 and args.backend != 'tensorrt':
+        threads.request_mxnet_threads(args.threads)     # before mxnet is imported
+    from .deploy import benchmark, infer
+    code = infer.run_command(
+        'benchmark', benchmark.benchmark, model=args.model, backend=args.backend,
+        batch_sizes=args.batch_sizes, params=args.params, pretrained=args.pretrained,
+        data_shape=args.data_shape, classes=args.classes, threads=args.threads,
+        warmup=args.warmup, iters=args.iters, seconds=args.seconds, output=args.output)
+    return 2 if code else 0     # bad input, as argparse's usage errors
+
+
 def _launch_arguments(parser):
     from . import launch
     launch.add_arguments(parser)
@@ -268,6 +346,8 @@ COMMANDS = [
     ('evaluate', 'VOC07 mAP (and COCO metrics) of a detector on a dataset, or on the '
      "validation data of an experiment spec (-e, TAO's evaluate)",
      _evaluate_arguments, _evaluate),
+    ('plot', "overlay training runs' curves (losses, learning rate, validation mAP against "
+     'the epoch, as each run\'s PREFIX_curves.png) in one picture', _plot_arguments, _plot),
     ('train', "train from an experiment spec: a gluondet .yaml/.json of the training scripts' "
      "flags or a TAO RetinaNet spec (TAO's train -e SPEC -r RESULTS_DIR)",
      _train_arguments, _train),
@@ -277,13 +357,16 @@ COMMANDS = [
      "split into folds (NVIDIA TAO's dataset_convert)", _convert_arguments, _convert),
     ('prune', "remove the filters of least norm from a trained detector (NVIDIA TAO's prune); "
      'retrain it with --pruned-model', _prune_arguments, _prune),
+    ('benchmark', 'latency (mean, p50, p90, p99) and throughput of a detector on a backend at '
+     'several batch sizes, as a table and json', _benchmark_arguments, _benchmark),
     ('launch', "start a training on MXNet's parameter server: the scheduler, servers and "
      'workers (--kv-store dist_sync), here or on the hosts of a host file',
      _launch_arguments, _launch),
 ]
 
 
-def main(argv=None):
+def build_parser():
+    """The ``gluondet`` parser, a subparser per command of ``COMMANDS``."""
     from . import __version__
     parser = argparse.ArgumentParser(prog='gluondet', description='Object detection on MXNet Gluon.')
     parser.add_argument('--version', action='version', version='gluondet ' + __version__)
@@ -292,6 +375,11 @@ def main(argv=None):
         p = sub.add_parser(name, help=help_text, description=help_text)
         add_arguments(p)
         p.set_defaults(run=run)
+    return parser
+
+
+def main(argv=None):
+    parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help()

@@ -122,7 +122,7 @@ def run_demo(output_dir='demo_out', detector='ssd', epochs=None, num_train=NUM_T
     Parameters
     ----------
     output_dir : str
-        Receives the training files (``{network}_*``: log, metrics.jsonl, best
+        Receives the training files (``{network}_*``: log, metrics.jsonl, curves.png, best
         params, last checkpoint) and ``demo_predictions.jpg``.
     detector : {'ssd', 'faster_rcnn', 'retinanet'}
         The recipe (`RECIPES`).

@@ -85,3 +85,18 @@ def mxnet_threads():
     cpus = len(_cpus())
     x86 = platform.machine().lower() in ('x86_64', 'amd64', 'i386', 'i686')
     return max(1, cpus // 2 if x86 else cpus)
+
+
+def request_mxnet_threads(count):
+    """Make MXNet compute with ``count`` OpenMP threads, if it is not imported yet (it reads
+    the count once, at import): sets ``OMP_NUM_THREADS`` (and ``MXNET_OMP_MAX_THREADS`` if
+    set, which MXNet reads first) and, above one thread, ``OMP_WAIT_POLICY=ACTIVE`` unless
+    set (as `configure`). Returns True if MXNet will use ``count`` (`mxnet_threads`)."""
+    if 'mxnet' not in sys.modules:
+        os.environ['OMP_NUM_THREADS'] = str(int(count))
+        os.environ.pop(_SET_BY_GLUONDET, None)      # chosen, not gluondet's default
+        if 'MXNET_OMP_MAX_THREADS' in os.environ:
+            os.environ['MXNET_OMP_MAX_THREADS'] = str(int(count))
+        if count > 1:
+            os.environ.setdefault('OMP_WAIT_POLICY', 'ACTIVE')
+    return mxnet_threads() == count

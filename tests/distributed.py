@@ -95,8 +95,8 @@ def check_two_process_ssd_run(out, demo):
     assert [r['world_size'] for r in reports] == [2, 2] and reports[0]['iteration'] == 4
     assert reports[0]['metrics'] == reports[1]['metrics']
     assert sorted(f for f in os.listdir(str(out)) if not f.startswith(('rank', 'ssd_last-'))) == [
-        'ssd' + s for s in ('_best.json', '_best.params', '_best_map.log', '_last.json',
-                            '_metrics.jsonl', '_train.log')]
+        'ssd' + s for s in ('_best.json', '_best.params', '_best_map.log', '_curves.png',
+                            '_last.json', '_metrics.jsonl', '_train.log')]
     os.environ['GLUONDET_TEST_DEMO'] = demo
     try:
         task = make_task('ssd')

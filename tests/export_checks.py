@@ -6,6 +6,21 @@ import onnx
 from mxnet import gluon
 
 from gluondet.deploy import export_symbol
+from gluondet.model_zoo import get_model_list
+
+
+def sweep_names(prefix):
+    """The zoo names starting with ``prefix`` an export sweep runs: one per network, its
+    ``_coco`` name, else ``_voc``, else ``_custom`` (they differ in classes and sizes only;
+    80 classes give NMS the most work)."""
+    chosen = {}
+    for name in get_model_list():
+        if name.startswith(prefix):
+            network, dataset = name.rsplit('_', 1)
+            rank = ('custom', 'voc', 'coco').index(dataset)
+            if rank >= chosen.get(network, (-1,))[0]:
+                chosen[network] = (rank, name)
+    return [name for _, name in chosen.values()]
 
 
 def assert_symbol_round_trip(net, x, prefix, data_shape):

@@ -3,6 +3,19 @@ import os
 import subprocess
 import sys
 
+# Each script's smallest network at a small input: script -> (save name, flags). --backbone,
+# not --network: horovodrun would take --network as its --network-interface.
+SMALL_NETWORKS = {
+    'train_ssd.py': ('ssd_300_mobilenet0.25_custom',
+                     ['--backbone', 'mobilenet0.25', '--data-shape', '128', '--batch-size', '4']),
+    'train_faster_rcnn.py': ('faster_rcnn_fpn_resnet18_v1b_custom',
+                             ['--backbone', 'resnet18_v1b', '--use-fpn', '--image-short', '128',
+                              '--image-max-size', '160', '--batch-size', '2']),
+    'train_retinanet.py': ('retinanet_resnet18_v1b_custom',
+                           ['--backbone', 'resnet18_v1b', '--resize', '128', '--max-size', '160',
+                            '--batch-size', '2']),
+}
+
 
 def run(*argv, **kwargs):
     """``python *argv`` in a subprocess, output captured as text."""

@@ -13,7 +13,7 @@ from mxnet import gluon
 from gluondet.engine.hooks import NonFiniteLossError
 from gluondet.engine.precision import GradientScaler, amp_dtype
 
-from script_runs import run_cpu_command
+from script_runs import SMALL_NETWORKS, run_cpu_command
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -147,15 +147,9 @@ def test_a_bfloat16_trained_model_exports_float32_with_onnx_parity(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize('script,name,extra', [
-    ('train_ssd.py', 'ssd_300_mobilenet0.25_custom',
-     ['--network', 'mobilenet0.25', '--data-shape', '128', '--batch-size', '4']),
-    ('train_retinanet.py', 'retinanet_resnet18_v1b_custom',
-     ['--backbone', 'resnet18_v1b', '--batch-size', '2', '--resize', '128', '--max-size', '160']),
-    ('train_faster_rcnn.py', 'faster_rcnn_fpn_resnet18_v1b_custom',
-     ['--network', 'resnet18_v1b', '--use-fpn', '--batch-size', '2', '--image-short', '128',
-      '--image-max-size', '160'])])
-def test_each_script_trains_an_epoch_with_amp_on_cpu(tmp_path, script, name, extra):
+@pytest.mark.parametrize('script', sorted(SMALL_NETWORKS))
+def test_each_script_trains_an_epoch_with_amp_on_cpu(tmp_path, script):
+    name, extra = SMALL_NETWORKS[script]
     _, log = run_cpu_command(os.path.join(ROOT, 'scripts', script),
                              ['--dataset', 'demo', '--gpus', '', '--epochs', '1', '--amp',
                               '--no-pretrained-base', '-j', '0'] + extra, tmp_path, name)

@@ -329,6 +329,17 @@ def test_evaluate_reports_bad_data_in_one_line(trained_model, argv, message, cap
     assert len(err) == 1 and err[0].startswith('gluondet evaluate: error: ' + message), err
 
 
+def test_evaluate_plots_of_the_trained_ssd(trained_model, small, tmp_path, capsys):
+    """``--plots`` on a real model (more in test_plots.py): the pictures, the same mAP."""
+    from test_plots import assert_picture
+    params, validation, _ = trained_model
+    assert main(['evaluate', '--model', params, '--dataset', 'voc', '--dataset-root', small[0],
+                 '--split', SMALL_SPLIT, '--plots', str(tmp_path)]) == 0
+    assert ': %.4f' % validation['mAP'] in capsys.readouterr().out
+    for name in ('pr_curves.png', 'confusion_matrix.png', 'ap_per_class.png'):
+        assert_picture(str(tmp_path / name))
+
+
 def test_evaluate_coco_equals_the_infer_results_scored(trained_model, small, tmp_path, capsys):
     params, validation, _ = trained_model
     voc, annotations, folder = small

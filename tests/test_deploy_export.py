@@ -9,17 +9,16 @@ from mxnet import gluon
 from mxnet.gluon import nn
 
 from gluondet.deploy import compare_detections, detecting_random_weights
-from gluondet.model_zoo import get_model, get_model_info, get_model_list
+from gluondet.model_zoo import get_model, get_model_info
 from gluondet.model_zoo.ssd import SSD
 
 onnx = pytest.importorskip('onnx')
 ort = pytest.importorskip('onnxruntime')
 from gluondet.deploy import UnsupportedOperatorError, export_onnx  # noqa: E402
-from export_checks import (assert_symbol_round_trip, checked_detector,  # noqa: E402
+from export_checks import (sweep_names, assert_symbol_round_trip, checked_detector,  # noqa: E402
                            run_onnx)
 
 FAST_NAME = 'ssd_300_mobilenet0.25_voc'
-SSD_NAMES = [n for n in get_model_list() if n.startswith('ssd_')]
 
 
 def _images(batch, height, width, seed=0):
@@ -128,8 +127,8 @@ def test_onnx_detections_equal_gluon_static_and_dynamic_batch_1_and_4(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize('name', SSD_NAMES)
-def test_onnx_detections_equal_gluon_for_every_zoo_name(name, tmp_path):
+@pytest.mark.parametrize('name', sweep_names('ssd_'))
+def test_onnx_detections_equal_gluon_for_every_zoo_network(name, tmp_path):
     for key, result in _parity(name, tmp_path, SWEEP_CASES).items():
         print(name, key, result)
 

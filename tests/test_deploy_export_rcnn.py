@@ -9,18 +9,17 @@ import pytest
 from mxnet import gluon
 
 from gluondet.deploy import compare_detections, detecting_random_weights
-from gluondet.model_zoo import get_model, get_model_list
+from gluondet.model_zoo import get_model
 from gluondet.nn.roi import fpn_levels
 
 onnx = pytest.importorskip('onnx')
 ort = pytest.importorskip('onnxruntime')
 from gluondet.deploy import export_onnx  # noqa: E402
-from export_checks import (assert_symbol_round_trip, checked_detector,  # noqa: E402
+from export_checks import (sweep_names, assert_symbol_round_trip, checked_detector,  # noqa: E402
                            run_onnx)
 from gluondet.deploy.onnx_graph import (GraphBuilder, add_rcnn_postprocess,  # noqa: E402
                                         add_roi_align, add_rpn_proposals)
 
-RCNN_NAMES = [n for n in get_model_list() if n.startswith('faster_rcnn')]
 FAST_NAME = 'faster_rcnn_fpn_resnet18_v1b_custom'
 SHAPE = (128, 160)
 # Regions per image (rpn_test_post_nms); every other setting, NMS included, is the zoo's.
@@ -97,8 +96,8 @@ def test_onnx_detections_equal_gluon_batch_1_and_2_static_and_dynamic(detector, 
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize('name', RCNN_NAMES)
-def test_onnx_detections_equal_gluon_for_every_zoo_name(name, tmp_path):
+@pytest.mark.parametrize('name', sweep_names('faster_rcnn'))
+def test_onnx_detections_equal_gluon_for_every_zoo_network(name, tmp_path):
     for key, result in _parity(*_detector(name), tmp_path).items():
         print(name, key, result)
 

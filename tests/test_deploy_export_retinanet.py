@@ -5,14 +5,13 @@ import numpy as np
 import pytest
 
 from gluondet.deploy import compare_detections, detecting_random_weights
-from gluondet.model_zoo import get_model, get_model_list
+from gluondet.model_zoo import get_model
 
 onnx = pytest.importorskip('onnx')
 ort = pytest.importorskip('onnxruntime')
 from gluondet.deploy import export_onnx  # noqa: E402
-from export_checks import assert_symbol_round_trip, checked_detector, run_onnx  # noqa: E402
+from export_checks import sweep_names, assert_symbol_round_trip, checked_detector, run_onnx  # noqa: E402
 
-NAMES = [n for n in get_model_list() if n.startswith('retinanet_')]
 FAST_NAME = 'retinanet_resnet18_v1b_custom'
 SHAPE = (128, 160)
 
@@ -59,8 +58,8 @@ def test_onnx_detections_equal_gluon_with_normalized_heads(head_norm, tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize('name', [n for n in NAMES if n != FAST_NAME])
-def test_onnx_detections_equal_gluon_for_every_zoo_name(name, tmp_path):
+@pytest.mark.parametrize('name', [n for n in sweep_names('retinanet_') if n != FAST_NAME])
+def test_onnx_detections_equal_gluon_for_every_zoo_network(name, tmp_path):
     _parity(*_detector(name), tmp_path)
 
 

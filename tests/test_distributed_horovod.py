@@ -9,7 +9,7 @@ import pytest
 from distributed import (check_two_process_ssd_run, demo_root, driver_command, horovodrun,
                          identical, load_params, max_difference, need_horovod, rank_report,
                          run_spec)
-from script_runs import small_demo_command
+from script_runs import SMALL_NETWORKS, small_demo_command
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -120,25 +120,18 @@ def test_resume_on_another_number_of_processes_says_what_changes(tmp_path, demo)
         'iteration']
 
 
-SCRIPTS = {
-    'train_ssd.py': ('ssd_300_mobilenet0.25_custom',
-                     ['--backbone', 'mobilenet0.25', '--data-shape', '128', '--batch-size', '4',
-                      '--syncbn', '--amp']),
-    'train_faster_rcnn.py': ('faster_rcnn_fpn_resnet18_v1b_custom',
-                             ['--backbone', 'resnet18_v1b', '--use-fpn', '--image-short', '128',
-                              '--image-max-size', '160', '--batch-size', '2']),
-    'train_retinanet.py': ('retinanet_resnet18_v1b_custom',
-                           ['--backbone', 'resnet18_v1b', '--resize', '128', '--max-size', '160',
-                            '--batch-size', '2', '--syncbn']),
-}
+# with --syncbn (SSD, RetinaNet) and --amp (SSD)
+EXTRA_FLAGS = {'train_ssd.py': ['--syncbn', '--amp'], 'train_faster_rcnn.py': [],
+               'train_retinanet.py': ['--syncbn']}
 
 
-@pytest.mark.parametrize('script', sorted(SCRIPTS))
+@pytest.mark.parametrize('script', sorted(SMALL_NETWORKS))
 def test_scripts_run_under_horovodrun_as_users_type_them(script, tmp_path):
     """``horovodrun -np 2 python scripts/X.py --horovod --backbone ...`` on demo data (SSD and
     RetinaNet with ``--syncbn``, SSD also with ``--amp``)."""
     need_horovod()
-    name, argv = SCRIPTS[script]
+    name, argv = SMALL_NETWORKS[script]
+    argv = argv + EXTRA_FLAGS[script]
     command = small_demo_command(os.path.join(ROOT, 'scripts', script), train=8, val=4) + argv + [
         '--horovod', '--dataset', 'demo', '--gpus', '', '--epochs', '1', '--no-pretrained-base',
         '--num-workers', '0']

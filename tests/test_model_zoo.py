@@ -34,6 +34,12 @@ def test_metadata_beside_each_name():
     assert custom.backbone == 'mobilenet0.25'
 
 
+def test_a_name_has_weights_exactly_when_the_store_serves_them():
+    from gluondet.model_zoo.store import MODEL_SHA1
+    for name in get_model_list():
+        assert get_model_info(name).has_weights == (name in MODEL_SHA1), name
+
+
 def test_unknown_name_suggests_close_names():
     with pytest.raises(ValueError, match=r"did you mean 'ssd_300_mobilenet0.25_voc'"):
         get_model('ssd_300_mobilenet0.25_vco')

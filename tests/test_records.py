@@ -374,9 +374,6 @@ def test_rec_flags_go_together(tmp_path):
                               dataset='voc')
     with pytest.raises(SystemExit, match='--train-rec and --val-rec go together'):
         build_datasets(args)
-    args.val_rec, args.dali = 'b.rec', True
-    with pytest.raises(SystemExit, match='--dali reads the images from their files'):
-        build_datasets(args)
     with pytest.raises(ValueError, match='the rec dataset needs its record files'):
         resolve_dataset('rec')
     with pytest.raises(ValueError, match='record files go with the rec dataset'):

@@ -450,9 +450,9 @@ def _kitti_bccd(bccd_root, folder):
 
 
 @pytest.mark.slow
-def test_tao_sample_spec_trains_evaluates_and_infers_on_kitti_bccd(tmp_path, bccd_root,
-                                                                    capsys):
-    """TAO's workflow: train -e -r -k, evaluate -e -m, inference -e -m -i -o -l -t."""
+def test_tao_sample_spec_trains_evaluates_prunes_retrains_exports(tmp_path, bccd_root, capsys):
+    """TAO's workflow on KITTI BCCD: train -e -r -k, evaluate -e -m, inference -e -m -i -o -l
+    -t, prune, train with pruned_model_path, export -m -o -e --gen_ds_config."""
     data = str(tmp_path / 'kitti')
     _kitti_bccd(bccd_root, data)
     path = _tao_spec(tmp_path, os.path.join(data, 'train'), os.path.join(data, 'val'))
@@ -515,4 +515,26 @@ def test_tao_sample_spec_trains_evaluates_and_infers_on_kitti_bccd(tmp_path, bcc
     capsys.readouterr()
     assert gluondet_cli.main(['train', '-e', retrain, '-r', str(tmp_path / 'retrained')]) == 0
     assert '--pruned-model=%s' % pruned in capsys.readouterr().err
-    assert os.path.isfile(str(tmp_path / 'retrained' / os.path.basename(model)))
+    retrained = str(tmp_path / 'retrained' / os.path.basename(model))
+    assert os.path.isfile(retrained)
+
+    # TAO's export -m -o -e -k --gen_ds_config: the graph carries the spec's nms_config and
+    # detects what the retrained Gluon network with those settings does
+    import mxnet as mx
+    import numpy as np
+    from export_checks import checked_detector, run_onnx
+    from gluondet.deploy.compare import compare_detections
+    from gluondet.deploy.predictor import apply_nms, load_network
+    onnx_file = str(tmp_path / 'export' / 'model.onnx')
+    assert gluondet_cli.main(['export', '-m', retrained, '-o', onnx_file, '-e', retrain, '-k',
+                              'tlt_encode', '--gen_ds_config']) == 0
+    assert sorted(os.listdir(str(tmp_path / 'export'))) == ['labels.txt', 'model.onnx',
+                                                             'nvinfer_config.txt']
+    _, meta = checked_detector(onnx_file, 1, (128, 128), 200)
+    assert meta['nms']['score_thresh'] == pytest.approx(0.01)
+    assert meta['nms']['nms_thresh'] == pytest.approx(0.6)
+    net, _ = load_network(retrained)
+    apply_nms(net, {'score_thresh': 0.01, 'nms_thresh': 0.6, 'post_nms': 200})
+    x = mx.nd.array(np.random.RandomState(0).uniform(-2, 2, (1, 3, 128, 128)))
+    same = compare_detections(run_onnx(onnx_file, x), net(x), min_score=0.01)
+    assert same.ok and same.compared > 0, same

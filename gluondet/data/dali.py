@@ -4,8 +4,8 @@
 ``epoch(epoch, start)``) and yields the task's batch tuple as CPU NDArrays. It reads
 the engine's batch sampler, so the samples, their order and the share of each Horovod
 rank are the DataLoader's. A Python ``external_source`` feeds DALI, per sample, the
-encoded image file of a `DetectionDataset` (``image_path(i)``; the images of a dataset
-without files are encoded to PNG) and the augmentation drawn for it on the host; DALI
+encoded image of a `DetectionDataset` (a record's bytes, ``encoded_image(i)``, or its file,
+``image_path(i)``; the images of a dataset without either are encoded to PNG) and the augmentation drawn for it on the host; DALI
 decodes, zooms out, crops, resizes, colours, mirrors, normalizes and pads, on the GPU
 (``device='mixed'`` decoding) when training on one, on the CPU otherwise.
 
@@ -328,6 +328,9 @@ class DaliTrainData:
 
     def _read(self, index):
         data = self.dataset
+        if hasattr(data, 'encoded_image'):      # records: the bytes as stored
+            encoded = np.frombuffer(data.encoded_image(index), np.uint8)
+            return encoded, np.asarray(data.label(index), np.float32), data.image_size(index)
         if hasattr(data, 'image_path'):
             with open(data.image_path(index), 'rb') as f:
                 encoded = np.frombuffer(f.read(), np.uint8)

@@ -40,11 +40,12 @@ from ..data.kitti import check_unique_stems, kitti_line
 from ..files import atomic_write
 from ..metrics import COCODetectionMetric
 from ..metrics.coco_eval import format_summary
-from ..metrics.evaluation import evaluate, evaluate_voc
+from ..metrics.confusion import ConfusionMatrix
+from ..metrics.evaluation import evaluate, evaluate_voc, voc_metric
 from ..tools.visualize import draw_boxes, save_image
 from .calibration import CalibrationBatches
-from .predictor import (ENGINE_EXTENSIONS, Predictor, list_images, load_network, metadata_path,
-                        model_metadata)
+from .predictor import (ENGINE_EXTENSIONS, Predictor, apply_nms, list_images, load_network,
+                        metadata_path, model_metadata)
 from .symbol import export_symbol
 from .tensorrt import build_engine
 
@@ -117,7 +118,7 @@ def _check_export(fmt, output, batch_size, dynamic_batch, precision, calibration
 def export_model(network, output, fmt='onnx', params=None, pretrained=False, classes=None,
                  data_shape=None, batch_size=None, dynamic_batch=False, precision=None,
                  calibration_images=None, calibration_batches=None, calibration_cache=None,
-                 calibration_method=None, gen_ds_config=False):
+                 calibration_method=None, gen_ds_config=False, nms=None):
     """Export a network as an MXNet symbol, an ONNX model or a TensorRT engine.
 
     Each artifact carries what :meth:`Predictor.from_model` needs to run it:
@@ -158,6 +159,9 @@ def export_model(network, output, fmt='onnx', params=None, pretrained=False, cla
         ONNX and TensorRT: also write DeepStream's ``nvinfer_config.txt`` and ``labels.txt``
         beside the model (:mod:`gluondet.deploy.deepstream`; for an engine, before it is
         built, so they are there even where it cannot be).
+    nms : dict, optional
+        Inference NMS of the exported graph (``score_thresh``, ``nms_thresh``, ``post_nms``,
+        see :func:`~gluondet.deploy.predictor.apply_nms`); default the network's.
 
     Returns
     -------
@@ -175,6 +179,8 @@ def export_model(network, output, fmt='onnx', params=None, pretrained=False, cla
                          'reads ONNX models and TensorRT engines)')
     _check_export(fmt, output, batch_size, dynamic_batch, precision, calibration)
     net, info = load_network(network, params, pretrained, classes, data_shape)
+    if nms:
+        apply_nms(net, nms)
     shape = info['data_shape']
     describe = dict(preprocessing=info['preprocessing'],     # and a Faster R-CNN's sizes
                     **{key: getattr(net, key) for key in ('short', 'max_size')
@@ -348,11 +354,13 @@ def infer(model, images, output='detections.json', backend=None, params=None, pr
 def evaluate_model(model, dataset, dataset_root=None, split=None, annotation_file=None,
                    image_root=None, backend=None, params=None, pretrained=False, data_shape=None,
                    classes=None, batch_size=None, progress=True, records=None,
-                   class_mapping=None, iou_thresh=0.5, ap='11point'):
+                   class_mapping=None, iou_thresh=0.5, ap='11point', plots=None,
+                   confusion_score=0.25):
     """Evaluate a model on a dataset and print the results.
 
     Prints the VOC07 mAP (IoU 0.5, 11-point; or ``iou_thresh`` and ``ap``) with each
-    class's AP and, for COCO data, the 12 COCO box numbers.
+    class's AP and, for COCO data, the 12 COCO box numbers. With ``plots``, draws the
+    pictures of :func:`gluondet.plots.evaluation_plots` from the same VOC metric.
 
     Parameters
     ----------
@@ -370,22 +378,32 @@ def evaluate_model(model, dataset, dataset_root=None, split=None, annotation_fil
         Least IoU of a match (0.5).
     ap : {'11point', 'area'}
         The VOC07 11-point AP (TAO's SAMPLE) or the area under the PR curve (INTEGRATE).
+    plots : str, optional
+        A folder for ``pr_curves.png``, ``confusion_matrix.png`` and ``ap_per_class.png``.
+    confusion_score : float
+        Least score of a detection counted in the confusion matrix.
 
     Returns
     -------
     dict
         ``mAP`` and ``AP/<class>`` (VOC07), and for COCO data ``coco`` (the 12
-        numbers by name).
+        numbers by name); with ``plots``, ``plots``: ``{file: what it shows}`` (the APs
+        drawn, the confusion matrix).
     """
     if dataset not in DATASETS:
         raise ValueError('dataset must be one of %s, got %r' % (', '.join(DATASETS), dataset))
+    if plots:
+        from ..plots import require_matplotlib
+        require_matplotlib()    # before the evaluation, not after it
     predictor = Predictor.from_model(model, backend, params, pretrained, data_shape, classes)
     data = resolve_dataset(dataset, dataset_root, split, predictor.classes, annotation_file,
                            image_root, records=records, class_mapping=class_mapping)
     coco = COCODetectionMetric(data) if isinstance(data, COCODetection) else None
+    voc = voc_metric(predictor.classes, iou_thresh, ap)
+    confusion = (ConfusionMatrix(len(predictor.classes), iou_thresh, confusion_score)
+                 if plots else None)
     result = evaluate_voc(predictor, data, batch_size, progress,
-                          metrics=[coco] if coco is not None else [], iou_thresh=iou_thresh,
-                          ap=ap)
+                          metrics=[m for m in (coco, confusion) if m is not None], voc=voc)
     print('%s mAP (IoU %g) of %s (%s) on %d images: %.4f'
           % ('VOC07' if ap == '11point' else 'VOC area', iou_thresh, model, predictor.backend,
              len(data), result['mAP']))
@@ -396,4 +414,9 @@ def evaluate_model(model, dataset, dataset_root=None, split=None, annotation_fil
         coco.get()
         result['coco'] = dict(coco.stats)
         print('COCO box metrics:\n' + format_summary(coco.stats))
+    if plots:
+        from ..plots import evaluation_plots
+        result['plots'] = evaluation_plots(voc, confusion, plots, '%s AP, IoU %g, %d images' % (
+            'VOC07 11-point' if ap == '11point' else 'VOC area', iou_thresh, len(data)))
+        print('pictures written: %s' % ', '.join(result['plots']))
     return result

@@ -55,7 +55,7 @@ from .calibration import IMAGE_EXTENSIONS
 from .runners import MXNetRunner, ONNXRuntimeRunner, _symbol_prefix, _symbol_runner
 from .tensorrt import TensorRTRunner
 
-__all__ = ['BACKENDS', 'Detections', 'Prediction', 'Predictions', 'Predictor', 'list_images',
+__all__ = ['apply_nms', 'BACKENDS', 'Detections', 'Prediction', 'Predictions', 'Predictor', 'list_images',
            'load_network', 'metadata_path', 'model_metadata', 'rescale_boxes']
 
 logger = logging.getLogger('gluondet.deploy')
@@ -230,6 +230,17 @@ def model_metadata(net, network, data_shape, batch_size=None, preprocessing=None
                      'nms_topk': nms.nms_topk, 'post_nms': nms.post_nms},
                 preprocessing=preprocessing, mean=preprocessing['mean'],
                 std=preprocessing['std'], **extra)
+
+
+def apply_nms(net, nms):
+    """Set a network's inference NMS from a dict with any of ``score_thresh``,
+    ``nms_thresh``, ``post_nms`` (an experiment spec's ``nms_config``); others keep theirs."""
+    post = net.postprocess
+    if 'score_thresh' in nms:
+        post.score_thresh = nms['score_thresh']
+    net.set_nms(nms.get('nms_thresh', post.nms_thresh), post.nms_topk,
+                nms.get('post_nms', post.post_nms))
+    return net
 
 
 def _read_json(path, what):
@@ -560,7 +571,7 @@ class Predictor:
 
     @classmethod
     def from_model(cls, model, backend=None, params=None, pretrained=False, data_shape=None,
-                   classes=None, ctx=None):
+                   classes=None, ctx=None, threads=None):
         """A predictor for a model zoo name, a training output, or an exported model.
 
         Parameters
@@ -584,6 +595,9 @@ class Predictor:
             Needed where the source does not record them; else checked.
         ctx : Context, optional
             MXNet's device (default the CPU).
+        threads : int, optional
+            ONNX Runtime's intra-op threads (default its own: one per physical core).
+            MXNet's OpenMP threads are set before it is imported (:mod:`gluondet.threads`).
 
         Returns
         -------
@@ -621,7 +635,7 @@ class Predictor:
             raise ValueError('params and pretrained go with a model zoo name, not with %s (%s)'
                              % (_WHAT[kind], model))
         if kind == 'onnx':
-            runner = ONNXRuntimeRunner(model)
+            runner = ONNXRuntimeRunner(model, threads=threads)
             meta = runner.metadata
         else:
             path = metadata_path(_symbol_prefix(model) if kind == 'symbol' else model)

@@ -70,6 +70,9 @@ class ONNXRuntimeRunner:
         The ``.onnx`` file.
     providers : list of str, optional
         ONNX Runtime execution providers (default: the CPU).
+    threads : int, optional
+        Intra-op threads (``intra_op_num_threads``; default ONNX Runtime's, one per
+        physical core).
 
     Attributes
     ----------
@@ -81,7 +84,7 @@ class ONNXRuntimeRunner:
         The model's metadata, JSON-decoded (``classes``, ``data_shape``, ...).
     """
 
-    def __init__(self, path, providers=None):
+    def __init__(self, path, providers=None, threads=None):
         try:
             import onnxruntime as ort
         except ImportError as err:
@@ -90,6 +93,8 @@ class ONNXRuntimeRunner:
             raise FileNotFoundError('ONNX model not found: %s' % path)
         options = ort.SessionOptions()
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        if threads is not None:
+            options.intra_op_num_threads = int(threads)
         self.session = ort.InferenceSession(path, options,
                                             providers=providers or ['CPUExecutionProvider'])
         inputs = self.session.get_inputs()

@@ -96,7 +96,7 @@ per step ``before_step`` / step / ``after_step``, then ``after_epoch``, and
 ``after_train`` (also on error). Everything else is a hook (`hooks`): per-step
 seeding, LR schedule, non-finite check, logging, TensorBoard images of the
 batches (`batch_images`), early stopping (`early_stopping`), checkpointing,
-validation and params files, signal handling. A validation's result reaches
+validation and params files, the ``_curves.png`` picture (`curves`), signal handling. A validation's result reaches
 every hook's ``after_validation(epoch, metrics)``; a hook ends training with
 ``loop.request_stop(reason)``. ``fit(task, config, hooks=[...])`` adds
 hooks after the default ones.
@@ -124,6 +124,7 @@ from .distributed import HorovodRuntime, KVStoreRuntime, make_runtime
 from .watchdog import Watchdog
 from .data import EpochBatchSampler, GroupedBatchSampler, SampleIndex, SeededDataset, TrainData
 from .batch_images import BatchImagesHook
+from .curves import CurvesHook
 from .early_stopping import EarlyStoppingHook
 from .hooks import (CheckpointHook, HookBase, LoggingHook, LRScheduleHook, NonFiniteHook,
                     NonFiniteLossError, SeedHook, SignalHook, TrainingInterrupted,
@@ -141,5 +142,5 @@ __all__ = [
     'Checkpointer', 'CheckpointError', 'read_manifest', 'save_params',
     'HookBase', 'default_hooks', 'SeedHook', 'LRScheduleHook', 'NonFiniteHook', 'LoggingHook',
     'CheckpointHook', 'ValidationHook', 'SignalHook', 'NonFiniteLossError', 'TrainingInterrupted',
-    'EarlyStoppingHook', 'BatchImagesHook',
+    'EarlyStoppingHook', 'BatchImagesHook', 'CurvesHook',
 ]

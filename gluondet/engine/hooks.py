@@ -69,6 +69,7 @@ class TrainingInterrupted(SystemExit):
 def default_hooks(task, config, schedule, checkpointer, reporter):
     """The engine's hooks for ``config``, in the order they run at every stage."""
     from .batch_images import BatchImagesHook
+    from .curves import CurvesHook
     from .early_stopping import EarlyStoppingHook
     hooks = [SeedHook(config.seed), LRScheduleHook(schedule)]
     if config.stop_on_nonfinite:
@@ -86,6 +87,8 @@ def default_hooks(task, config, schedule, checkpointer, reporter):
         # Checkpoint before validating: a failing evaluation leaves a checkpoint to debug.
         CheckpointHook(checkpointer, config.checkpoint_interval),
         ValidationHook(task, config, checkpointer, reporter),
+        # After validating: _curves.png shows the validation just logged.
+        CurvesHook(reporter, config.save_prefix, config.val_metric),
         # Last: a signal is acted on once this step's (or epoch's) other hooks are done.
         SignalHook(checkpointer, reporter),
     ]

@@ -11,7 +11,8 @@ loss_box=0.964, lr=0.001000``, ``[Epoch 0] Training cost: 251.327, ...`` and
 "metrics": {...}, "time"}`` per validation. ``batch`` is the 0-based index
 of the interval's last batch in its epoch (as in the text log),
 ``iteration`` the optimizer steps done in total, ``losses`` the interval's
-mean of each loss. A non-finite number is written as null.
+mean of each loss. A non-finite number is written as null. ``{save_prefix}_curves.png``
+is drawn from it (`curves.CurvesHook`).
 
 TensorBoard (``logdir``): ``train/<loss>``, ``train/lr``,
 ``train/samples_per_sec`` and ``val/<metric>`` against the iteration; with

@@ -67,3 +67,25 @@ def batch_values(values, shape, name):
         raise ValueError('%s has shape %s but the boxes are %d x %d: expected B x N or '
                          'B x N x 1' % (name, values.shape, shape[0], shape[1]))
     return values.reshape(shape)
+
+
+def detection_batches(pred_bboxes, pred_labels, pred_scores, gt_bboxes, gt_labels,
+                      gt_difficults=None):
+    """The batches of a VOC-style ``update``'s arguments, checked, one tuple each:
+    ``(boxes B x N x 4, labels B x N, scores B x N, gt_boxes B x M x 4, gt_labels B x M,
+    difficult B x M bool)``."""
+    for batch in as_batches(pred_bboxes, pred_labels, pred_scores, gt_bboxes, gt_labels,
+                            gt_difficults):
+        boxes = batch_boxes(batch[0], 'pred_bboxes')
+        shape = boxes.shape[:2]
+        labels = batch_values(batch[1], shape, 'pred_labels')
+        scores = batch_values(batch[2], shape, 'pred_scores')
+        gt_boxes = batch_boxes(batch[3], 'gt_bboxes')
+        if gt_boxes.shape[0] != shape[0]:
+            raise ValueError('pred_bboxes hold %d images but gt_bboxes %d'
+                             % (shape[0], gt_boxes.shape[0]))
+        gt_shape = gt_boxes.shape[:2]
+        gt_labels = batch_values(batch[4], gt_shape, 'gt_labels')
+        difficult = (np.zeros(gt_shape, dtype=bool) if batch[5] is None else
+                     batch_values(batch[5], gt_shape, 'gt_difficults') != 0)
+        yield boxes, labels, scores, gt_boxes, gt_labels, difficult

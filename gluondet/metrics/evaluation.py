@@ -14,7 +14,7 @@ from tqdm import tqdm
 
 from .voc import VOC07MApMetric, VOCMApMetric
 
-__all__ = ['evaluate', 'evaluate_voc', 'evaluate_voc07', 'voc_result', 'AP_MODES']
+__all__ = ['evaluate', 'evaluate_voc', 'evaluate_voc07', 'voc_metric', 'voc_result', 'AP_MODES']
 
 AP_MODES = ('11point', 'area')      # VOC07's 11 recall points; the area under the PR curve
 
@@ -106,14 +106,23 @@ def evaluate_voc07(predictor, dataset, batch_size=None, progress=False, num_work
     return evaluate_voc(predictor, dataset, batch_size, progress, num_workers, metrics, group)
 
 
-def evaluate_voc(predictor, dataset, batch_size=None, progress=False, num_workers=0,
-                 metrics=(), group=None, iou_thresh=0.5, ap='11point'):
-    """VOC mAP at ``iou_thresh`` with ``ap`` '11point' (VOC07, TAO's SAMPLE) or 'area' (the
-    area under the PR curve, VOC2010+, TAO's INTEGRATE); otherwise `evaluate_voc07`."""
+def voc_metric(classes, iou_thresh=0.5, ap='11point'):
+    """The VOC metric of `evaluate_voc`: ``ap`` '11point' (VOC07, TAO's SAMPLE) or 'area'
+    (the area under the PR curve, VOC2010+, TAO's INTEGRATE) at ``iou_thresh``."""
     if ap not in AP_MODES:
         raise ValueError('ap must be one of %s, got %r' % (', '.join(AP_MODES), ap))
     metric = VOC07MApMetric if ap == '11point' else VOCMApMetric
-    voc = metric(iou_thresh=iou_thresh, class_names=predictor.classes)
+    return metric(iou_thresh=iou_thresh, class_names=classes)
+
+
+def evaluate_voc(predictor, dataset, batch_size=None, progress=False, num_workers=0,
+                 metrics=(), group=None, iou_thresh=0.5, ap='11point', voc=None):
+    """VOC mAP at ``iou_thresh`` with ``ap`` (see `voc_metric`); otherwise `evaluate_voc07`.
+
+    ``voc`` is the VOC metric to fill (default a new `voc_metric` of the predictor's
+    classes), for a caller that reads more of it afterwards (its curves)."""
+    if voc is None:
+        voc = voc_metric(predictor.classes, iou_thresh, ap)
     evaluate(predictor, dataset, [voc] + list(metrics), batch_size, progress, num_workers,
              group)
     return voc_result(voc)

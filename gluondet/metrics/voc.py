@@ -16,17 +16,27 @@ Equal scores are ordered as GluonCV orders them (numpy's sorts included), so
 even quantized scores give its numbers.
 """
 import warnings
+from typing import NamedTuple
 
 import mxnet as mx
 import numpy as np
 
-from ._inputs import as_batches, batch_boxes, batch_values
+from ._inputs import detection_batches
 from ._pairs import chunks, pairs
 
-__all__ = ['VOCMApMetric', 'VOC07MApMetric']
+__all__ = ['VOCMApMetric', 'VOC07MApMetric', 'ClassCurve']
 
 _FLUSH_ROWS = 1 << 12  # detections waiting before they are matched
 _VOC07_RECALLS = np.arange(0., 1.1, 0.1)  # the 11 recall points, exactly as GluonCV builds them
+
+
+class ClassCurve(NamedTuple):
+    """One class's precision-recall curve and AP (`VOCMApMetric.curves`)."""
+
+    recall: np.ndarray
+    precision: np.ndarray
+    ap: float
+    num_gt: int
 
 
 class VOCMApMetric(mx.metric.EvalMetric):
@@ -83,29 +93,14 @@ class VOCMApMetric(mx.metric.EvalMetric):
 
         A list of arrays holds one batch per device (GluonCV's split batches).
         """
-        for batch in as_batches(pred_bboxes, pred_labels, pred_scores,
-                                gt_bboxes, gt_labels, gt_difficults):
+        for batch in detection_batches(pred_bboxes, pred_labels, pred_scores, gt_bboxes,
+                                       gt_labels, gt_difficults):
             self._add_batch(*batch)
 
-    def _add_batch(self, pred_bboxes, pred_labels, pred_scores,
-                   gt_bboxes, gt_labels, gt_difficults):
-        boxes = batch_boxes(pred_bboxes, 'pred_bboxes')
-        shape = boxes.shape[:2]
-        labels = batch_values(pred_labels, shape, 'pred_labels')
-        scores = batch_values(pred_scores, shape, 'pred_scores')
-        gt_boxes = batch_boxes(gt_bboxes, 'gt_bboxes')
-        if gt_boxes.shape[0] != shape[0]:
-            raise ValueError('pred_bboxes hold %d images but gt_bboxes %d'
-                             % (shape[0], gt_boxes.shape[0]))
-        gt_shape = gt_boxes.shape[:2]
-        gt_labels = batch_values(gt_labels, gt_shape, 'gt_labels')
-        if gt_difficults is None:
-            difficult = np.zeros(gt_shape, dtype=bool)
-        else:
-            difficult = batch_values(gt_difficults, gt_shape, 'gt_difficults') != 0
+    def _add_batch(self, boxes, labels, scores, gt_boxes, gt_labels, difficult):
         dets = _valid_rows(self._num_images, labels, scores, boxes)
         gts = _valid_rows(self._num_images, gt_labels, difficult, gt_boxes)
-        self._num_images += shape[0]
+        self._num_images += boxes.shape[0]
         self._waiting.append((dets, gts))
         self._gt_labels.append(gts[1:3])
         self._waiting_rows += len(dets[0])
@@ -142,8 +137,28 @@ class VOCMApMetric(mx.metric.EvalMetric):
                   for i in range(len(self.class_names))]
         return list(self.name), values + [mean_ap]
 
+    def curves(self):
+        """The precision-recall curve of every class, from which `get` computes its AP.
+
+        Returns
+        -------
+        list of ClassCurve
+            One per class id from 0 to the largest seen (to ``len(class_names)`` at least
+            with names): ``recall`` and ``precision`` after each of the class's detections
+            by descending score (empty without non-difficult ground truth), ``ap`` as
+            `get` returns it (NaN without non-difficult ground truth) and ``num_gt`` (its
+            non-difficult ground truths).
+        """
+        curves = self._class_curves()
+        empty = ClassCurve(np.zeros(0), np.zeros(0), float('nan'), 0)
+        return curves + [empty] * (len(self.class_names or ()) - len(curves))
+
     def _class_aps(self):
         """AP of every class id from 0 to the largest seen (NaN where undefined)."""
+        return np.array([curve.ap for curve in self._class_curves()], dtype=np.float64)
+
+    def _class_curves(self):
+        """`ClassCurve` of every class id from 0 to the largest seen."""
         self._flush()
         label, score, match = _concat(self._done, empty=(np.int64, np.float32, np.int8))
         gt_label, difficult = _concat(self._gt_labels, empty=(np.int64, bool))
@@ -153,12 +168,16 @@ class VOCMApMetric(mx.metric.EvalMetric):
         label, score, match = label[order], score[order], match[order]
         n_pos = np.bincount(gt_label[~difficult], minlength=num_classes)
         bounds = np.searchsorted(label, np.arange(num_classes + 1))
-        aps = np.full(num_classes, np.nan)
-        for c in np.flatnonzero(n_pos):
+        curves = []
+        for c in range(num_classes):
+            if not n_pos[c]:
+                curves.append(ClassCurve(np.zeros(0), np.zeros(0), float('nan'), 0))
+                continue
             lo, hi = bounds[c], bounds[c + 1]
             rec, prec = _recall_precision(score[lo:hi], match[lo:hi], n_pos[c])
-            aps[c] = self._average_precision(rec, prec)
-        return aps
+            curves.append(ClassCurve(rec, prec, float(self._average_precision(rec, prec)),
+                                     int(n_pos[c])))
+        return curves
 
     def _average_precision(self, rec, prec):
         """Area under the PR curve with precision made monotone from the right."""

@@ -202,13 +202,13 @@ class RetinaNet(SingleStageDetector):
 _VOC = dict(short=600, max_size=1000)
 _COCO = dict(short=800, max_size=1333)
 _DATASETS = {'voc': _VOC, 'coco': _COCO, 'custom': _COCO}
-RETINANET_ARCHS = {
-    'retinanet_resnet18_v1b': dict(backbone='resnet18_v1b', datasets=_DATASETS),
-    'retinanet_resnet34_v1b': dict(backbone='resnet34_v1b', datasets=_DATASETS),
-    'retinanet_resnet50_v1b': dict(backbone='resnet50_v1b', datasets=_DATASETS),
-    'retinanet_resnet101_v1b': dict(backbone='resnet101_v1b', datasets=_DATASETS),
-    'retinanet_mobilenet1.0': dict(backbone='mobilenet1.0', datasets=_DATASETS),
-}
+RETINANET_ARCHS = {     # GluonCV publishes no RetinaNet weights
+    name: dict(backbone=backbone, datasets=_DATASETS, published=False)
+    for name, backbone in (('retinanet_resnet18_v1b', 'resnet18_v1b'),
+                           ('retinanet_resnet34_v1b', 'resnet34_v1b'),
+                           ('retinanet_resnet50_v1b', 'resnet50_v1b'),
+                           ('retinanet_resnet101_v1b', 'resnet101_v1b'),
+                           ('retinanet_mobilenet1.0', 'mobilenet1.0'))}
 
 
 def _backbone(name, norm_layer, norm_kwargs):

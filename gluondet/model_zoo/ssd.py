@@ -215,8 +215,8 @@ SSD_ARCHS = {
         extras=[(f, f, 3, 2, 1) for f in (512, 512, 256, 256)],
         sizes={'voc': _SIZES_512_A, 'coco': _SIZES_512_A},
         ratios=_RATIOS_6, steps=[16, 32, 64, 128, 256, 512]),
-    'ssd_300_mobilenet0.25': dict(
-        backbone='mobilenet0.25', base_size=300, batch_norm=True,
+    'ssd_300_mobilenet0.25': dict(      # GluonCV publishes no weights of it
+        backbone='mobilenet0.25', base_size=300, batch_norm=True, published=False,
         extras=[(f, f, 3, 2, 1) for f in (256, 256, 128, 128)],
         sizes={'voc': _SIZES_300, 'coco': _SIZES_300},
         ratios=_RATIOS_6, steps=[8, 16, 32, 64, 100, 300]),
@@ -274,7 +274,8 @@ def _register_all():
         for dataset in spec.get('datasets', ('voc', 'coco')):
             classes = {'voc': VOC_CLASSES, 'coco': COCO_CLASSES}[dataset]
             register_model('%s_%s' % (arch, dataset), classes, shape, spec['backbone'],
-                           dataset)(dataset_builder(build_ssd, arch, dataset, classes, 'SSD'))
+                           dataset, has_weights=spec.get('published', True))(
+                dataset_builder(build_ssd, arch, dataset, classes, 'SSD'))
         register_model(arch + '_custom', None, shape, spec['backbone'], 'custom',
                        has_weights=False)(custom_builder(build_ssd, arch, 'SSD'))
 

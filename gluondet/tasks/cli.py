@@ -46,7 +46,7 @@ def add_training_args(parser, epochs, lr, lr_decay_epoch, batch_size, wd=0.0005,
     add('--dataset-root', default='~/.mxnet/datasets/',
         help='dataset folder: VOCdevkit parent, COCO root, KITTI root, or a VOC-style folder')
     add('--classes', default='', help='comma-separated class names of a custom VOC/KITTI set')
-    add('--class-mapping', type=class_mapping, default=None,
+    add('--class-mapping', type=class_mapping,
         help='KITTI types to classes, many to one, e.g. car=car,van=car,pedestrian=person '
              "(TAO's target_class_mapping; other types are dropped)")
     add('--train-json', default='', help='COCO json of the training images (custom COCO data)')
@@ -67,7 +67,7 @@ def add_training_args(parser, epochs, lr, lr_decay_epoch, batch_size, wd=0.0005,
         help="a checkpoint json, 'auto' (this save prefix's last checkpoint) or a .params "
              'file (weights only, as GluonCV)')
     add('--start-epoch', type=int, default=0, help='first epoch (with a .params --resume)')
-    add('--pruned-model', default=None, metavar='PATH',
+    add('--pruned-model', metavar='PATH',
         help="retrain a model gluondet prune wrote (PATH.params, its .json beside; TAO's "
              'pruned_model_path): the network takes its channels and starts from its weights; '
              'give it again when resuming the run')
@@ -101,7 +101,9 @@ def add_training_args(parser, epochs, lr, lr_decay_epoch, batch_size, wd=0.0005,
         add('--no-mixup-epochs', type=int, default=20,
             help='with --mixup, the last this many epochs train without it')
     add('--log-interval', type=int, default=log_interval, help='batches between log lines')
-    add('--save-prefix', default='', help='prefix of saved files (the network name is appended)')
+    add('--save-prefix', default='',
+        help='prefix of saved files (the network name is appended); PREFIX_curves.png shows '
+             'the losses, learning rate and validation mAP by epoch, redrawn at each validation')
     add('--save-interval', type=int, default=save_interval,
         help='epochs between saved .params')
     add('--val-interval', type=int, default=val_interval, help='epochs between validations')
@@ -207,9 +209,6 @@ def build_datasets(args):
     if any(records) and not all(records):
         raise SystemExit('--train-rec and --val-rec go together')
     name = 'coco' if all(jsons) else 'rec' if all(records) else args.dataset
-    if name == 'rec' and getattr(args, 'dali', False):
-        raise _user_error('--dali reads the images from their files: it does not take '
-                          '--dataset rec yet (train from the folder, or without --dali)')
     datasets = []
     try:
         for train, split, json_file, default, rec in zip(
@@ -343,10 +342,14 @@ def print_final(result):
 
 
 class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
-    """Defaults in the help, but not None: the help says what an unset flag means."""
+    """Defaults in the help, but not None (the help says what an unset flag means) nor a
+    switch's (on when given)."""
 
     def _get_help_string(self, action):
-        return action.help if action.default is None else super()._get_help_string(action)
+        if action.default is None or isinstance(action, (argparse._StoreTrueAction,
+                                                         argparse._StoreFalseAction)):
+            return action.help
+        return super()._get_help_string(action)
 
 
 def parser(description):

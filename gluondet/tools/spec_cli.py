@@ -16,7 +16,7 @@ import tempfile
 from . import spec as specs
 
 __all__ = ['add_spec_arguments', 'add_train_arguments', 'train', 'evaluate', 'inference',
-           'add_inference_arguments']
+           'add_inference_arguments', 'export_nms']
 
 KEY_NOTICE = '-k: ignored (gluondet models are not encrypted)'
 
@@ -38,7 +38,9 @@ def add_train_arguments(parser):
     add_spec_arguments(parser, required=True)
     add = parser.add_argument
     add('-r', '--results-dir', '--results_dir', dest='results_dir', required=True,
-        help='checkpoints, logs and resolved_spec.json (every flag\'s final value) go here')
+        help='checkpoints, logs, the curves picture (*_curves.png: losses, learning rate, '
+             "validation mAP by epoch) and resolved_spec.json (every flag's final value) go "
+             'here')
     add('--gpus', type=int, help="TAO's: train on this many GPUs (default: a TAO spec on the "
                                  "first GPU if there is one, else the CPU; a gluondet spec: its "
                                  'own gpus)')
@@ -93,14 +95,14 @@ def _model(model, nms, command):
         _note(command, 'note: nms_config applies to Gluon models (.params); %s keeps the NMS '
               'it was exported with' % model)
         return model
-    from ..deploy.predictor import load_network
-    net, _ = load_network(model)
-    post = net.postprocess
-    if 'score_thresh' in nms:
-        post.score_thresh = nms['score_thresh']
-    net.set_nms(nms.get('nms_thresh', post.nms_thresh), post.nms_topk,
-                nms.get('post_nms', post.post_nms))
-    return net
+    from ..deploy.predictor import apply_nms, load_network
+    return apply_nms(load_network(model)[0], nms)
+
+
+def export_nms(path):
+    """The ``nms_config`` of a spec (``{}`` for none, or a gluondet spec), for ``gluondet
+    export -e``: the exported graph carries the NMS."""
+    return _spec_settings(path, 'export')[1].get('nms') or {}
 
 
 def evaluate(args):
@@ -127,7 +129,9 @@ def evaluate(args):
             classes=args.classes,
             batch_size=args.batch_size or settings.get('batch_size'),
             iou_thresh=getattr(args, 'iou_thresh', None) or settings.get('iou_thresh', 0.5),
-            ap=getattr(args, 'ap', None) or settings.get('ap', '11point'), **dataset)
+            ap=getattr(args, 'ap', None) or settings.get('ap', '11point'),
+            plots=getattr(args, 'plots', None),
+            confusion_score=getattr(args, 'confusion_score', 0.25), **dataset)
     except (ValueError, OSError) as err:
         return specs.main_error('evaluate', err)
     finally:
