@@ -149,7 +149,7 @@ def main(argv=None):
                           rpn_rho=args.rpn_smoothl1_rho, rcnn_rho=args.rcnn_smoothl1_rho,
                           num_workers=args.num_workers,
                           model_kwargs={'norm_layer': 'syncbn'} if args.norm_layer else None,
-                          pruned_model=cli.pruned_model(args))
+                          pruned_model=cli.pruned_model(args, args.save_prefix + name))
     config = cli.train_config(resolved, args.save_prefix + name)
     startup = cli.StartupLog([defaults_used] + notices(args, name), trainable=args.verbose)
     result = fit(task, config, hooks=[startup])

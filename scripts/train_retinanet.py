@@ -235,7 +235,7 @@ def main(argv=None):
             class_weights=weights_of(train_dataset.classes, args.class_weights),
             freeze_bn=args.freeze_bn, freeze_blocks=args.freeze_blocks, l1=l1,
             auto_augment=args.auto_augment, fine_tune=args.fine_tune,
-            pruned_model=cli.pruned_model(args))
+            pruned_model=cli.pruned_model(args, args.save_prefix + name))
     except ValueError as err:
         raise SystemExit('%s: error: %s' % (os.path.basename(sys.argv[0]), err)) from None
     config = cli.train_config(resolved, args.save_prefix + name, **overrides)

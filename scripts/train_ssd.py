@@ -63,7 +63,7 @@ def main(argv=None):
     task = SSDTask(name, train_dataset, val_dataset, args.data_shape,
                    pretrained_base=args.pretrained_base, num_workers=args.num_workers,
                    model_kwargs={'norm_layer': 'syncbn'} if args.syncbn else None,
-                   pruned_model=cli.pruned_model(args))
+                   pruned_model=cli.pruned_model(args, args.save_prefix + name))
     config = cli.train_config(args, args.save_prefix + name)
     result = fit(task, config)
     cli.print_final(result)

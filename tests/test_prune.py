@@ -232,6 +232,11 @@ def test_pruned_model_retrains_through_the_script_flag(family, tmp_path, monkeyp
     # the run resumes (same flags): the checkpoint's weights fit the pruned network
     resumed = _script(script).main(argv + ['--epochs', '2', '--resume', 'auto'])
     assert resumed.iteration == 4
+    # and without --pruned-model: the checkpoint's meta.pruned rebuilds the network
+    flag = argv.index('--pruned-model')
+    again = _script(script).main(argv[:flag] + argv[flag + 2:] + ['--epochs', '3', '--resume',
+                                                                  'auto'])
+    assert again.iteration == 6
 
 
 # ---------------------------------------------------------------- options and errors

@@ -65,7 +65,9 @@ class DetectionTask:
         A ``.params`` written by ``gluondet prune`` (its ``.json`` beside it; TAO's
         ``pruned_model_path``): the network is rebuilt with its channels and starts from its
         weights (classes handled as ``fine_tune``). The channel table goes into ``meta()``,
-        so every checkpoint and saved model of the run rebuilds the same network.
+        so every checkpoint and saved model of the run rebuilds the same network. A dict
+        ``{'channels': table}`` (a resumed checkpoint's ``meta.pruned``) rebuilds those
+        channels only: the checkpoint brings the weights.
 
     A subclass defines ``build_net``, ``train_dataset``, ``losses`` and ``preprocessing``.
     """
@@ -84,7 +86,7 @@ class DetectionTask:
             raise ValueError('fine_tune: no such file %s' % fine_tune)
         self.pruned_model = pruned_model
         self.pruned = None      # the channel table of the network built, if pruned
-        if pruned_model is not None:
+        if isinstance(pruned_model, str):
             check_pruned_model(pruned_model)
 
     def _meta(self, **extra):
@@ -115,6 +117,11 @@ class DetectionTask:
         ``pretrained_base``) for training on ``ctx_list``; ValueError when a fixed-class
         network does not predict the data's classes."""
         kwargs = self._model_kwargs(ctx_list, **kwargs)
+        if isinstance(self.pruned_model, dict):     # resuming: the checkpoint has the weights
+            net = get_model(self.network, pretrained_base=False, **kwargs)
+            self.pruned = self.pruned_model['channels']
+            apply_channels(net, self.pruned)
+            return net
         if self.pruned_model is not None:
             return self._fine_tuned(kwargs, self.pruned_model, 'pruned_model')
         if self.fine_tune is not None:

@@ -69,8 +69,8 @@ def add_training_args(parser, epochs, lr, lr_decay_epoch, batch_size, wd=0.0005,
     add('--start-epoch', type=int, default=0, help='first epoch (with a .params --resume)')
     add('--pruned-model', metavar='PATH',
         help="retrain a model gluondet prune wrote (PATH.params, its .json beside; TAO's "
-             'pruned_model_path): the network takes its channels and starts from its weights; '
-             'give it again when resuming the run')
+             'pruned_model_path): the network takes its channels and starts from its weights '
+             "(--resume of the run's checkpoint needs it no more: it records the channels)")
     add('--lr', type=float, default=lr, help='learning rate')
     add('--lr-mode', default='step', choices=('step', 'cosine', 'soft_start_annealing'),
         help="learning rate schedule (soft_start_annealing: NVIDIA TAO's, with --lr-min "
@@ -257,12 +257,23 @@ def train_config(args, save_prefix, **overrides):
         raise _user_error(err) from None
 
 
-def pruned_model(args):
-    """``--pruned-model``, checked (a pruned model's .params and json), or None; a bad one
-    exits with one line."""
-    if getattr(args, 'pruned_model', None) is None:
-        return None
+def pruned_model(args, save_prefix):
+    """``--pruned-model``, checked (a pruned model's .params and json); without it, when
+    ``--resume`` names the checkpoint of a pruned run (``auto``: ``save_prefix``'s), that
+    checkpoint's ``meta.pruned`` (its channels); else None. A bad one exits with one line."""
     from .base import check_pruned_model
+    if getattr(args, 'pruned_model', None) is None:
+        resume = getattr(args, 'resume', '')
+        path = save_prefix + '_last.json' if resume == 'auto' else resume
+        if not path or not path.endswith('.json') or not os.path.isfile(path):
+            return None
+        from ..engine.checkpoint import CheckpointError, read_manifest
+        from ..model_zoo.pruned import pruned_channels
+        try:
+            channels = pruned_channels(read_manifest(path).get('meta') or {}, path)
+        except (CheckpointError, ValueError) as err:
+            raise _user_error('--resume: %s' % err) from None
+        return None if channels is None else {'channels': channels}
     try:
         check_pruned_model(args.pruned_model)
     except ValueError as err:
