@@ -318,12 +318,11 @@ def _benchmark(args):
     if args.threads is not None and args.threads >= 1 and args.backend != 'tensorrt':
         threads.request_mxnet_threads(args.threads)     # before mxnet is imported
     from .deploy import benchmark, infer
-    code = infer.run_command(
+    return infer.run_command(
         'benchmark', benchmark.benchmark, model=args.model, backend=args.backend,
         batch_sizes=args.batch_sizes, params=args.params, pretrained=args.pretrained,
         data_shape=args.data_shape, classes=args.classes, threads=args.threads,
         warmup=args.warmup, iters=args.iters, seconds=args.seconds, output=args.output)
-    return 2 if code else 0     # bad input, as argparse's usage errors
 
 
 def _launch_arguments(parser):

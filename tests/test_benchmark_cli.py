@@ -1,4 +1,4 @@
-"""gluondet benchmark: the table, the json record, and one-line errors (exit code 2)."""
+"""gluondet benchmark: the table, the json record, and one-line errors (exit code 1, as every gluondet command)."""
 import importlib.util
 import json
 import os
@@ -77,12 +77,12 @@ def test_time_runs_and_statistics():
     (['-m', NETWORK, '--backend', 'tensorrt'], 'TensorRT is needed'),
     (['-m', NETWORK, '--threads', 'OTHER'], 'MXNet was imported with'),
 ])
-def test_bad_input_is_one_line_and_exit_code_2(argv, message, capsys):
+def test_bad_input_is_one_line_and_exit_code_1(argv, message, capsys):
     if 'tensorrt' in argv and importlib.util.find_spec('tensorrt') is not None:
         pytest.skip('TensorRT is installed here')
     if 'OTHER' in argv:     # MXNet is imported (with its count): another cannot be set now
         argv = argv[:-1] + [str(threads.mxnet_threads() + 1)]
-    assert main(['benchmark'] + FAST + argv) == 2
+    assert main(['benchmark'] + FAST + argv) == 1
     out, err = capsys.readouterr()
     assert out == ''
     assert len(err.splitlines()) == 1, err
