@@ -2,6 +2,7 @@
 biases and BatchNorm, gradient clipping, warmup in iterations, mixup, grouped batches, padded
 image batches, and the kill -9 resume check with all of them on."""
 import dataclasses
+import functools
 import os
 import signal
 
@@ -14,16 +15,12 @@ from gluondet.data.mixup import MixupDetection
 from gluondet.engine import (CheckpointError, GroupedBatchSampler, HookBase, LRSchedule, SampleIndex, TrainConfig,
                              TrainData, fit, read_manifest)
 from gluondet.engine.testing import check_resume
-from test_engine_toy import ToyImages, ToyImageTask, ToyTask
+from test_engine_toy import ToyImages, ToyImageTask, ToyTask, toy_config
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def _config(tmp_path, **kwargs):
-    values = dict(batch_size=8, num_workers=0, epochs=1, lr=0.005, lr_decay_epoch=(6,),
-                  log_interval=4, save_interval=0, save_prefix=str(tmp_path / 'run' / 'toy'))
-    values.update(kwargs)
-    return TrainConfig(**values)
+_config = functools.partial(toy_config, epochs=1, lr_decay_epoch=(6,))
 
 
 def _values(net):

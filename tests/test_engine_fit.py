@@ -1,4 +1,5 @@
 """fit() on the toy task, in this process: learning, log files, params files, checkpoints."""
+import functools
 import hashlib
 import json
 import os
@@ -11,14 +12,10 @@ import pytest
 from gluondet.engine import (CheckpointError, HookBase, NonFiniteLossError, TrainConfig, fit,
                              read_manifest)
 from filetools import tensorboard_events
-from test_engine_toy import ToyNet, ToyTask
+from test_engine_toy import ToyNet, ToyTask, toy_config
 
 
-def _config(tmp_path, **kwargs):
-    values = dict(batch_size=8, num_workers=0, epochs=2, lr=0.005, lr_decay_epoch=(6,),
-                  log_interval=4, save_interval=0, save_prefix=str(tmp_path / 'run' / 'toy'))
-    values.update(kwargs)
-    return TrainConfig(**values)
+_config = functools.partial(toy_config, epochs=2, lr_decay_epoch=(6,))
 
 
 def _jsonl(prefix):

@@ -5,7 +5,7 @@ detection-shaped (images of different sizes and orientations, N x 6 labels)
 and uses every optional part of the task contract: frozen parameters,
 a grouped batch sampler, mixup, padded image batches.
 
-Other engine tests import them and `make_task` / `make_image_task` from here;
+Other engine tests import them, `toy_config` and `make_task` / `make_image_task` from here;
 child processes reach the factories as ``test_engine_toy:make_task`` with this
 folder on PYTHONPATH.
 """
@@ -18,9 +18,19 @@ from mxnet import gluon, nd
 
 from gluondet.data.batchify import Pad, PadImages, Tuple
 from gluondet.data.mixup import MixupDetection
-from gluondet.engine import GroupedBatchSampler
+from gluondet.engine import GroupedBatchSampler, TrainConfig
 
 DIM = 8
+
+
+def toy_config(tmp_path, **kwargs):
+    """The `TrainConfig` of a toy run: batch 8, no loader workers, lr 0.005, a log record
+    every 4 steps, no epoch ``.params``, files under ``tmp_path/run/toy``; ``kwargs`` set
+    the rest or override."""
+    values = dict(batch_size=8, num_workers=0, lr=0.005, log_interval=4, save_interval=0,
+                  save_prefix=str(tmp_path / 'run' / 'toy'))
+    values.update(kwargs)
+    return TrainConfig(**values)
 
 
 class ToyNet(gluon.HybridBlock):

@@ -1,5 +1,6 @@
 """Pictures written without being asked: training curves, ``gluondet plot``, ``gluondet
 evaluate --plots``; and the confusion matrix they draw."""
+import functools
 import hashlib
 import json
 import math
@@ -15,10 +16,10 @@ from gluondet.data import DemoDetection
 from gluondet.data.preprocess import fixed_size
 from gluondet.deploy import infer
 from gluondet.deploy.predictor import Predictor
-from gluondet.engine import CurvesHook, HookBase, TrainConfig, fit
+from gluondet.engine import CurvesHook, HookBase, fit
 from gluondet.metrics import VOC07MApMetric, VOCMApMetric
 from gluondet.metrics.confusion import ConfusionMatrix, match_detections
-from test_engine_toy import ToyTask
+from test_engine_toy import ToyTask, toy_config
 from test_evaluation import GridRunner
 
 image = pytest.importorskip('matplotlib.image')
@@ -192,11 +193,7 @@ def test_evaluate_plots_writes_the_three_pictures(tmp_path, monkeypatch, capsys)
 
 # ---------------------------------------------------------------- training curves
 
-def _config(tmp_path, **kwargs):
-    values = dict(batch_size=8, num_workers=0, epochs=2, lr=0.005, lr_decay_epoch=(6,),
-                  log_interval=4, save_interval=0, save_prefix=str(tmp_path / 'run' / 'toy'))
-    values.update(kwargs)
-    return TrainConfig(**values)
+_config = functools.partial(toy_config, epochs=2, lr_decay_epoch=(6,))
 
 
 class AfterValidation(HookBase):

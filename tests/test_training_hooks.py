@@ -1,5 +1,6 @@
 """TAO's training options as engine hooks: early stopping (monitor, min_delta, patience) and
 TensorBoard images of the augmented training batches with their boxes (visualizer)."""
+import functools
 
 import cv2
 import numpy as np
@@ -10,7 +11,7 @@ from gluondet.engine import HookBase, TrainConfig, fit, read_manifest
 from gluondet.engine.early_stopping import EarlyStoppingHook
 from gluondet.tasks import RetinaNetTask, SSDTask
 from filetools import tensorboard_events
-from test_engine_toy import ToyTask
+from test_engine_toy import ToyTask, toy_config
 
 
 class ScriptedTask(ToyTask):
@@ -47,11 +48,7 @@ class StopAt(HookBase):
             raise _Stop()
 
 
-def _config(tmp_path, **kwargs):
-    values = dict(batch_size=8, num_workers=0, epochs=10, lr=0.005, log_interval=4,
-                  save_interval=0, val_interval=1, save_prefix=str(tmp_path / 'run' / 'toy'))
-    values.update(kwargs)
-    return TrainConfig(**values)
+_config = functools.partial(toy_config, epochs=10, val_interval=1)
 
 
 def _log(config):
