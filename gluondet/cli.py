@@ -105,7 +105,7 @@ def _export_arguments(parser):
 
 def _export(args):
     from .deploy import infer
-    from .tools import spec_cli
+    from .tools import spec, spec_cli
     if args.key:
         print('gluondet export: ' + spec_cli.KEY_NOTICE, file=sys.stderr)
     nms = None
@@ -113,7 +113,7 @@ def _export(args):
         try:
             nms = spec_cli.export_nms(args.experiment_spec)
         except (ValueError, OSError) as err:
-            return spec_cli.specs.main_error('export', err)
+            return spec.main_error('export', err)
     return infer.run_command(
         'export', infer.export_model, network=args.network, output=args.output, fmt=args.fmt,
         params=args.params, pretrained=args.pretrained, classes=args.classes,

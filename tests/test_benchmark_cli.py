@@ -1,4 +1,5 @@
-"""gluondet benchmark: the table, the json record, and one-line errors (exit code 1, as every gluondet command)."""
+"""gluondet benchmark: the table, the json record, and one-line errors (exit code 1, as
+every gluondet command)."""
 import importlib.util
 import json
 import os

@@ -5,9 +5,10 @@
 the engine's batch sampler, so the samples, their order and the share of each Horovod
 rank are the DataLoader's. A Python ``external_source`` feeds DALI, per sample, the
 encoded image of a `DetectionDataset` (a record's bytes, ``encoded_image(i)``, or its file,
-``image_path(i)``; the images of a dataset without either are encoded to PNG) and the augmentation drawn for it on the host; DALI
-decodes, zooms out, crops, resizes, colours, mirrors, normalizes and pads, on the GPU
-(``device='mixed'`` decoding) when training on one, on the CPU otherwise.
+``image_path(i)``; the images of a dataset without either are encoded to PNG) and the
+augmentation drawn for it on the host; DALI decodes, zooms out, crops, resizes, colours,
+mirrors, normalizes and pads, on the GPU (``device='mixed'`` decoding) when training on
+one, on the CPU otherwise.
 
 Seeding: what can be drawn per sample (colour, zoom-out canvas, flip, the short side)
 is drawn on the host from ``(seed, epoch, index)``, as the DataLoader seeds a sample, so

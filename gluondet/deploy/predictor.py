@@ -55,8 +55,8 @@ from .calibration import IMAGE_EXTENSIONS
 from .runners import MXNetRunner, ONNXRuntimeRunner, _symbol_prefix, _symbol_runner
 from .tensorrt import TensorRTRunner
 
-__all__ = ['apply_nms', 'BACKENDS', 'Detections', 'Prediction', 'Predictions', 'Predictor', 'list_images',
-           'load_network', 'metadata_path', 'model_metadata', 'rescale_boxes']
+__all__ = ['BACKENDS', 'Detections', 'Prediction', 'Predictions', 'Predictor', 'apply_nms',
+           'list_images', 'load_network', 'metadata_path', 'model_metadata', 'rescale_boxes']
 
 logger = logging.getLogger('gluondet.deploy')
 

@@ -63,7 +63,7 @@ class Checkpointer:
         self.meta = meta
         self.config = config
         self.enabled = enabled
-        self.json_path = prefix + '_last.json'
+        self.json_path = manifest_path(prefix)
         self.last_path = None   # manifest of the last good checkpoint, written or resumed
         self._files = None      # the data files of that checkpoint and their optimizer info
         self._position = None   # (epoch, batch, iteration) they hold
@@ -148,6 +148,11 @@ class Checkpointer:
         # Data files elsewhere (another save_prefix) are copied by the next save.
         same = os.path.abspath(path) == os.path.abspath(self.json_path)
         self._position = state.position() if same else None
+
+
+def manifest_path(save_prefix):
+    """The checkpoint manifest of a run, what ``resume='auto'`` reads."""
+    return save_prefix + '_last.json'
 
 
 def resolve_resume(resume, auto_path):

@@ -29,6 +29,7 @@ class CurvesHook(HookBase):
     def __init__(self, reporter, save_prefix, metric='mAP'):
         self.reporter = reporter
         self.path = save_prefix + '_curves.png'
+        self.label = os.path.basename(save_prefix)
         self.metric = metric
         self._log = None
         self._drawn_at = None       # size of the jsonl file at the last drawing
@@ -53,8 +54,7 @@ class CurvesHook(HookBase):
             if self._log is None:
                 self._log = MetricsLog(self.reporter.jsonl_path)
             curves = self._log.read().curves(self.loop.state.batches_per_epoch)
-            draw_curves([(os.path.basename(self.path)[:-len('_curves.png')], curves)],
-                        self.path, self.metric)
+            draw_curves([(self.label, curves)], self.path, self.metric)
             self._drawn_at = written
         except ImportError as err:
             self._off = True

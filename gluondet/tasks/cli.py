@@ -264,10 +264,10 @@ def pruned_model(args, save_prefix):
     from .base import check_pruned_model
     if getattr(args, 'pruned_model', None) is None:
         resume = getattr(args, 'resume', '')
-        path = save_prefix + '_last.json' if resume == 'auto' else resume
+        from ..engine.checkpoint import CheckpointError, manifest_path, read_manifest
+        path = manifest_path(save_prefix) if resume == 'auto' else resume
         if not path or not path.endswith('.json') or not os.path.isfile(path):
             return None
-        from ..engine.checkpoint import CheckpointError, read_manifest
         from ..model_zoo.pruned import pruned_channels
         try:
             channels = pruned_channels(read_manifest(path).get('meta') or {}, path)
