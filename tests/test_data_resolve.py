@@ -22,9 +22,11 @@ DOG = ('dog', 'cat')
 
 
 def voc_xml(name):
+    """A dog and a cat (each class of DOG has a box, as training asks of --classes)."""
     return ('<annotation><filename>%s.jpg</filename><size><width>64</width><height>48</height>'
-            '</size><object><name>dog</name><bndbox><xmin>5</xmin><ymin>6</ymin><xmax>30</xmax>'
-            '<ymax>40</ymax></bndbox></object></annotation>' % name)
+            '</size>%s</annotation>' % (name, ''.join(
+                '<object><name>%s</name><bndbox><xmin>5</xmin><ymin>6</ymin><xmax>30</xmax>'
+                '<ymax>40</ymax></bndbox></object>' % c for c in DOG)))
 
 
 def voc_year(folder, splits):
@@ -41,7 +43,7 @@ def coco_split(root, split, ids):
     images = [{'id': i, 'file_name': '%d.jpg' % i, 'width': 64, 'height': 48} for i in ids]
     for entry in images:
         write(os.path.join(root, folder, entry['file_name']), jpeg())
-    annotations = [{'id': i, 'image_id': i, 'category_id': 1, 'bbox': [4, 5, 20, 30],
+    annotations = [{'id': i, 'image_id': i, 'category_id': 1 + i % 2, 'bbox': [4, 5, 20, 30],
                     'area': 600, 'iscrowd': 0} for i in ids[:-1]]    # the last without boxes
     write(os.path.join(root, 'annotations', split + '.json'), json.dumps(
         {'images': images, 'annotations': annotations,

@@ -86,7 +86,8 @@ class DatasetReport:
         ``bad_annotation``, ``unsafe_path``, ``size_mismatch``, ``empty``).
     dropped : collections.Counter
         Boxes left out, by reason (``zero_area``, ``inverted``,
-        ``outside_image``, ``unknown_class``, ``crowd``, ``dontcare``,
+        ``outside_image``, ``unknown_class``, ``unknown_image`` (a COCO
+        annotation of an image id not in ``images``), ``crowd``, ``dontcare``,
         ``unmapped_class`` ...).
     clipped : int
         Boxes kept after clipping to the image.
@@ -95,6 +96,9 @@ class DatasetReport:
         by reason; counted in the process that loaded them.
     examples : dict
         Up to three messages per reason, naming the files.
+    names : collections.Counter
+        Objects per class name as the annotations write it, before matching to
+        the classes (what a class name given by hand can be checked against).
     """
 
     def __init__(self):
@@ -105,6 +109,7 @@ class DatasetReport:
         self.clipped = 0
         self.replaced = Counter()
         self.examples = {}
+        self.names = Counter()
 
     def _note(self, counter, reason, message):
         counter[reason] += 1
@@ -308,6 +313,7 @@ class DetectionDataset(gluon.data.Dataset):
         self._on_error = on_error
         self._records = []
         self._unreadable = set()
+        self._name = type(self).__name__
         self.report = DatasetReport()
 
     @staticmethod
@@ -328,6 +334,11 @@ class DetectionDataset(gluon.data.Dataset):
     def classes(self):
         """Class names, a tuple of str."""
         return self._classes
+
+    @property
+    def name(self):
+        """What the dataset was built from, for messages (``COCODetection(path)``)."""
+        return self._name
 
     @property
     def num_class(self):
@@ -476,7 +487,7 @@ class DetectionDataset(gluon.data.Dataset):
                 self._unreadable.add(current)
                 self.report.replace_item(error.reason or 'unreadable_image', str(error))
                 logger.warning('%s; using the next readable item instead', error)
-        raise DatasetError(getattr(self, '_name', type(self).__name__), 'images',
+        raise DatasetError(self._name, 'images',
                            'no item could be read (%s)' % self.report.summary())
 
 

@@ -75,6 +75,19 @@ def _is_id(value):
     return isinstance(value, (int, str)) and not isinstance(value, bool)
 
 
+def _other_type(image_id, ids):
+    """``' (images has it as the int 7)'`` when ``ids`` hold ``image_id`` as the other of int
+    and str, else ``''``: ids match by value and type, as in pycocotools."""
+    try:
+        other = str(image_id) if isinstance(image_id, int) else int(image_id)
+    except ValueError:
+        return ''
+    if other not in ids:
+        return ''
+    return ' (images has it as the %s %r: ids must be of one type)' % (
+        type(other).__name__, other)
+
+
 class COCODetection(DetectionDataset):
     """MS COCO detection data, or any COCO-format json.
 
@@ -192,27 +205,33 @@ class COCODetection(DetectionDataset):
 
     def _build(self, data):
         path = self.annotation_file
-        images = _list(path, data, 'images')
+        images = sorted(enumerate(_list(path, data, 'images')),
+                        key=lambda item: self._image_key(*item))
+        ids = set()
+        for i, entry in images:
+            if entry['id'] in ids:
+                raise DatasetError(path, 'images[%d]/id' % i, 'duplicate id %r' % entry['id'],
+                                   'bad_layout')
+            ids.add(entry['id'])
         annotations = defaultdict(list)
         for i, ann in enumerate(_list(path, data, 'annotations')):
             if not isinstance(ann, dict):
                 raise DatasetError(path, 'annotations[%d]' % i, 'not a json object, got %r'
                                    % (ann,), 'bad_layout')
+            # an annotation of no image can only be left out itself
             if not _is_id(ann.get('image_id')):
-                # it belongs to no image, so only the annotation itself can be left out
                 self._fail(DatasetError(path, 'annotations[%d]/image_id' % i, 'missing or not '
                                         'an int or str, got %r' % (ann.get('image_id'),),
                                         'bad_annotation'), box=True)
-                continue
-            annotations[ann['image_id']].append((i, ann))
-        seen = set()
+            elif ann['image_id'] not in ids:
+                self._fail(DatasetError(path, 'annotations[%d]/image_id' % i, 'no image has '
+                                        'the id %r%s' % (ann['image_id'], _other_type(
+                                            ann['image_id'], ids)), 'unknown_image'), box=True)
+            else:
+                annotations[ann['image_id']].append((i, ann))
         records = []
-        for i, entry in sorted(enumerate(images), key=lambda item: self._image_key(*item)):
+        for i, entry in images:
             image_id = entry['id']
-            if image_id in seen:
-                raise DatasetError(path, 'images[%d]/id' % i, 'duplicate id %r' % image_id,
-                                   'bad_layout')
-            seen.add(image_id)
             record = self._record(i, entry, annotations.get(image_id, ()))
             if record is not None:
                 records.append(record)
@@ -272,6 +291,7 @@ class COCODetection(DetectionDataset):
             except DatasetError as error:
                 self._fail(error)
                 return None
+            self.report.names[self._category_names[ann['category_id']]] += 1
             if self._left_out(field, ann):
                 continue
             box = self._box(field, ann, bbox, size)

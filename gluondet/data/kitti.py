@@ -161,6 +161,7 @@ class KITTIDetection(DetectionDataset):
             return None
         rows = []
         for number, kind, box in objects:
+            self.report.names[kind] += 1
             class_id = self._class_of(label_path, number, kind)
             if class_id is None:
                 continue

@@ -464,8 +464,10 @@ class RecordDetection(DetectionDataset):
 
     def _class_of(self, where, field, stored_id):
         """The class id of a stored id, or None (counted, or raised)."""
-        count = len(self._stored) if self._stored is not None else self.num_class
-        class_id = stored_id if 0 <= stored_id < count else None
+        written = self.classes if self._stored is None else self._stored
+        class_id = stored_id if 0 <= stored_id < len(written) else None
+        if class_id is not None:
+            self.report.names[written[class_id]] += 1
         if class_id is not None and self._id_map is not None:
             class_id = int(self._id_map[class_id])
             if class_id < 0:

@@ -11,8 +11,11 @@ The root may be the data itself or GluonCV's dataset folder (``~/.mxnet/datasets
 the default), which holds ``voc/VOC2007``, ``voc/VOC2012``, ``coco/annotations`` and
 ``coco/train2017``; a VOC root may also be a ``VOCdevkit`` or hold one.
 """
+import difflib
 import glob
 import os
+
+import numpy as np
 
 from .base import DatasetError
 from .coco import COCODetection
@@ -21,7 +24,8 @@ from .kitti import KITTIDetection
 from .record import RecordDetection
 from .voc import VOCDetection, detect_layout, layout_error
 
-__all__ = ['DATASETS', 'DEFAULT_ROOT', 'DEFAULT_SPLITS', 'resolve_dataset', 'split_names']
+__all__ = ['DATASETS', 'DEFAULT_ROOT', 'DEFAULT_SPLITS', 'check_classes_found', 'resolve_dataset',
+           'split_names']
 
 DATASETS = ('voc', 'coco', 'kitti', 'demo', 'rec')
 DEFAULT_ROOT = os.path.join('~', '.mxnet', 'datasets')
@@ -35,6 +39,7 @@ DEFAULT_SPLITS = {
     'kitti': ('training', 'val'),       # subfolders; the root itself if it holds label_2
 }
 # Where under a root each dataset may be (GluonCV's folder names first).
+_NAMES_SHOWN = 20     # the annotations' class names in a message, at most
 _SUBFOLDERS = {'voc': ('voc', 'VOCdevkit', os.path.join('voc', 'VOCdevkit')),
                'coco': ('coco',)}
 
@@ -49,7 +54,7 @@ def split_names(split):
 
 def resolve_dataset(dataset, root=None, split=None, classes=None, annotation_file=None,
                     image_root=None, train=False, on_error='skip', class_mapping=None,
-                    records=None):
+                    records=None, allow_missing_classes=False):
     """The dataset that a name, a root and a split say.
 
     Parameters
@@ -71,7 +76,8 @@ def resolve_dataset(dataset, root=None, split=None, classes=None, annotation_fil
         subfolder.
     classes : sequence of str, optional
         Class names (default: the dataset's own). COCO categories and KITTI types are
-        matched to them by name.
+        matched to them by name. For training, each must have a box in the data (see
+        :func:`check_classes_found`).
     annotation_file : str, optional
         coco: a COCO json of any data, instead of ``root`` and ``split``.
     image_root : str, optional
@@ -88,14 +94,60 @@ def resolve_dataset(dataset, root=None, split=None, classes=None, annotation_fil
     records : str or sequence of str, optional
         rec: a ``.rec`` file, a glob of shards or a list (``--train-rec``, ``--val-rec``);
         see :class:`~gluondet.data.RecordDetection`. No root or split.
+    allow_missing_classes : bool
+        For training: accept ``classes`` without a box in the data (``--allow-missing-classes``).
 
     Raises
     ------
     DatasetError
-        Naming the path, if the root is not a folder or holds no such data or split.
+        Naming the path, if the root is not a folder or holds no such data or split, or
+        (for training) a class of ``classes`` has no box in it.
     ValueError
         For an unknown dataset name or flags that do not go together.
     """
+    data = _resolve(dataset, root, split, classes, annotation_file, image_root, train, on_error,
+                    class_mapping, records)
+    if train and classes and not allow_missing_classes:
+        check_classes_found(data)
+    return data
+
+
+def check_classes_found(dataset):
+    """Raise DatasetError if a class of ``dataset`` has no box in it (``--classes``).
+
+    The one line names each such class with the names its annotations write that are close
+    to it (did you mean, case ignored as classes match), and ``--allow-missing-classes``.
+    """
+    labels = [dataset.label(i)[:, 4] for i in range(len(dataset))]
+    counts = np.bincount(np.concatenate(labels).astype(int), minlength=dataset.num_class)
+    missing = [name for name, count in zip(dataset.classes, counts) if not count]
+    if not missing:
+        return
+    written = {}    # lower-cased -> as first written
+    for name in dataset.report.names:
+        written.setdefault(name.strip().lower(), name)
+    problems = []
+    for name in missing:
+        key = name.strip().lower()
+        if key in written:
+            problems.append('every object of class %r was left out (the report above says why)'
+                            % name)
+            continue
+        close = difflib.get_close_matches(key, list(written), n=2)
+        hint = ' (did you mean %s?)' % ' or '.join(repr(written[c]) for c in close)
+        problems.append('no object of class %r%s' % (name, hint if close else ''))
+    shown = sorted(written.values(), key=str.lower)
+    listed = ', '.join(shown[:_NAMES_SHOWN]) or 'none'
+    if len(shown) > _NAMES_SHOWN:
+        listed += ' ... (%d in all)' % len(shown)
+    raise DatasetError(dataset.name, '--classes', '%s; the annotations name: %s. '
+                       '--allow-missing-classes trains a class without boxes on purpose'
+                       % ('; '.join(problems), listed), 'missing_class')
+
+
+def _resolve(dataset, root, split, classes, annotation_file, image_root, train, on_error,
+             class_mapping, records):
+    """:func:`resolve_dataset` without the check of its classes."""
     name = str(dataset).strip().lower()
     if name not in DATASETS:
         raise ValueError('unknown dataset %r: use %s (COCO-format data: coco with its json)'

@@ -321,6 +321,7 @@ class VOCDetection(DetectionDataset):
     def _label(self, xml_path, objects, size):
         rows = []
         for obj in objects:
+            self.report.names[obj.name] += 1
             class_id = self.class_id(obj.name)
             if class_id is None:
                 self._fail(DatasetError(xml_path, obj.field + '/name', 'unknown class %r (classes: '

@@ -46,6 +46,8 @@ def add_training_args(parser, epochs, lr, lr_decay_epoch, batch_size, wd=0.0005,
     add('--dataset-root', default='~/.mxnet/datasets/',
         help='dataset folder: VOCdevkit parent, COCO root, KITTI root, or a VOC-style folder')
     add('--classes', default='', help='comma-separated class names of a custom VOC/KITTI set')
+    add('--allow-missing-classes', action='store_true',
+        help='train --classes that have no box in the training data (else an error)')
     add('--class-mapping', type=class_mapping,
         help='KITTI types to classes, many to one, e.g. car=car,van=car,pedestrian=person '
              "(TAO's target_class_mapping; other types are dropped)")
@@ -218,7 +220,7 @@ def build_datasets(args):
                 name, args.dataset_root, None if json_file or split == default else split,
                 _split_list(args.classes) or None, json_file or None, args.image_root or None,
                 train=train, class_mapping=getattr(args, 'class_mapping', None),
-                records=rec or None))
+                records=rec or None, allow_missing_classes=args.allow_missing_classes))
     except ValueError as err:     # DatasetError included
         raise _user_error(err) from None
     paths = [[ds.image_path(i) for i in range(len(ds))] for ds in datasets]

@@ -307,6 +307,8 @@ def add_arguments(parser):
              "the dataset's training split)")
     add('--classes', help='comma-separated class names: those read (as train_*.py), or with '
                           '--class-mapping those written, in this order')
+    add('--allow-missing-classes', action='store_true',
+        help='convert --classes that have no box in the data (else an error)')
     add('--class-mapping', type=_class_mapping,
         help="dataset classes to written classes, many to one (TAO's target_class_mapping), "
              'e.g. car=car,van=car,pedestrian=person; other classes are dropped')
@@ -345,7 +347,8 @@ def run(args):
     source = tuple(mapping) if mapping else classes
     dataset = resolve_dataset(args.dataset, args.dataset_root, args.split, source,
                               args.annotation_file, args.image_root, train=True,
-                              on_error=args.on_error, records=args.records)
+                              on_error=args.on_error, records=args.records,
+                              allow_missing_classes=args.allow_missing_classes or bool(mapping))
     settings = {k: getattr(args, k) for k in ('dataset', 'dataset_root', 'split', 'classes',
                                               'annotation_file', 'image_root', 'records')
                 if getattr(args, k) is not None}
