@@ -53,17 +53,24 @@ setup(
         'tqdm',
         'tensorboardX',
         'pyyaml',       # gluondet train's YAML experiment specs
+        # what the README promises on any machine: ONNX export, the onnxruntime backend
+        # (its CPU build works beside a GPU MXNet), int8 quantization (onnxruntime's needs
+        # ml_dtypes), and the plots (curves, PR curves, confusion matrix)
+        'onnx',
+        'onnxruntime',
+        'ml_dtypes',
+        'matplotlib',
     ],
+    # Heavy or GPU-only parts; gluondet/optional.py names the extra when one is missing.
     extras_require={
         'cpu': ['mxnet==1.9.1'],
         'cu112': CU112,
-        'onnx': ['onnx', 'onnxruntime', 'ml_dtypes'],   # ml_dtypes: int8 quantization
         'dali': ['nvidia-dali-cuda110'],
         'horovod': ['horovod', 'cloudpickle', 'psutil', 'pyyaml'],
-        'tensorrt': ['onnx', 'tensorrt', 'cuda-python'],
-        'test': ['pytest', 'pytest-timeout', 'pytest-xdist', 'pycocotools', 'faster-coco-eval', 'gluoncv',
-                 'onnx', 'onnxruntime', 'ml_dtypes', 'matplotlib'],
-        'docs': ['matplotlib', 'mkdocs==1.6.1', 'mkdocs-material==9.8.2'],   # make docs
+        'tensorrt': ['tensorrt', 'cuda-python'],
+        'test': ['pytest', 'pytest-timeout', 'pytest-xdist', 'pycocotools', 'faster-coco-eval',
+                 'gluoncv'],
+        'docs': ['mkdocs==1.6.1', 'mkdocs-material==9.8.2'],   # make docs
     },
     entry_points={'console_scripts': ['gluondet = gluondet.cli:main']},
     classifiers=[

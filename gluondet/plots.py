@@ -19,6 +19,7 @@ import os
 import numpy as np
 
 from .files import atomic_save
+from .optional import require
 
 __all__ = ['MetricsLog', 'Curves', 'require_matplotlib', 'draw_curves', 'plot_runs',
            'draw_pr_curves', 'draw_ap_bars', 'draw_confusion', 'evaluation_plots',
@@ -31,11 +32,7 @@ _MAX_ANNOTATED = 30     # confusion matrices up to this side get their counts wr
 
 def require_matplotlib():
     """Import matplotlib, or raise an ImportError that says how to install it."""
-    try:
-        import matplotlib
-    except ImportError as err:
-        raise ImportError('drawing needs matplotlib: pip install matplotlib (%s)' % err) from err
-    return matplotlib
+    return require('matplotlib', 'drawing')
 
 
 def _figure(width, height):

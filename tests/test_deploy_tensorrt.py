@@ -376,11 +376,11 @@ def test_batch_plan_profiles(onnx_static, onnx_dynamic, images):
 def test_missing_tensorrt_error_names_the_install(onnx_static, tmp_path, no_tensorrt):
     with pytest.raises(ImportError) as err:
         gt.build_engine(onnx_static, str(tmp_path / 'm.engine'))
-    assert 'pip install tensorrt' in str(err.value) and 'NVIDIA GPU' in str(err.value)
+    assert "pip install 'gluondet[tensorrt]'" in str(err.value) and 'NVIDIA GPU' in str(err.value)
     assert not os.path.exists(tmp_path / 'm.engine')
     engine = tmp_path / 'm.engine'
     engine.write_bytes(b'plan')
-    with pytest.raises(ImportError, match='pip install tensorrt'):
+    with pytest.raises(ImportError, match=r"pip install 'gluondet\[tensorrt\]'"):
         gt.TensorRTRunner(str(engine))
     with pytest.raises(FileNotFoundError, match='engine not found'):
         gt.TensorRTRunner(str(tmp_path / 'absent.engine'))

@@ -1,5 +1,7 @@
 """The MXNet build is an extra (`cpu`, `cu112`); gluondet/_mxnet.py finds and loads a CUDA
-build's libraries from NVIDIA's wheels, and says what is wrong with an install."""
+build's libraries from NVIDIA's wheels, and says what is wrong with an install. What the
+README promises on a CPU (ONNX export, onnxruntime, plots) comes with every install; the heavy
+or GPU-only parts are extras, which a missing one's error names (gluondet/optional.py)."""
 import json
 import os
 import re
@@ -13,7 +15,9 @@ from unittest import mock
 import pytest
 from packaging.requirements import Requirement
 
-from gluondet import _mxnet
+from gluondet import _mxnet, optional
+from test_deploy_predictor import (NETWORK, SMALL_SPLIT, SMALL_SPLIT_SIZE,  # noqa: F401
+                                   small_bccd, trained_model)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -74,11 +78,36 @@ def test_base_package_requires_no_mxnet_and_extras_choose_one():
     assert set(cu112) == {'mxnet-cu112'} | set(WHEELS.values())
     assert '8.9.6.50' in cu112['nvidia-cudnn-cu11'].specifier
     assert '9.1.0.70' not in cu112['nvidia-cudnn-cu11'].specifier    # no libcudnn.so.8
-    # the CPU install: the requirements it had before the choice, mxnet==1.9.1 included
+    # the CPU install: training, evaluation with plots, ONNX export and onnxruntime
     cpu = kwargs['install_requires'] + extras['cpu']
     assert sorted(cpu) == sorted(['mxnet==1.9.1', 'numpy<1.24', 'scipy', 'opencv-python',
                                   'pillow', 'defusedxml', 'filelock', 'requests', 'tqdm',
-                                  'tensorboardX', 'pyyaml'])
+                                  'tensorboardX', 'pyyaml', 'onnx', 'onnxruntime', 'ml_dtypes',
+                                  'matplotlib'])
+
+
+def _name(requirement):
+    """The normalized name (PEP 503) of a requirement or distribution."""
+    return re.sub(r'[-_.]+', '-', Requirement(requirement).name).lower()
+
+
+def test_constraints_pin_every_requirement_but_tensorrt():
+    """TensorRT installs from NVIDIA's index on GPU machines only: not pinned here."""
+    pins = {_name(name) for name in read_constraints('constraints.txt')}
+    kwargs = setup_kwargs()
+    for extra, requirements in [('base', kwargs['install_requires'])] + sorted(
+            kwargs['extras_require'].items()):
+        if extra not in ('cu112', 'tensorrt'):
+            assert not {_name(r) for r in requirements} - pins, extra
+
+
+def test_optional_packages_name_the_extra_that_installs_them():
+    kwargs = setup_kwargs()
+    for module, (distribution, extra) in optional.PACKAGES.items():
+        requirements = kwargs['install_requires'] if extra is None else \
+            kwargs['extras_require'][extra]
+        assert _name(distribution) in {_name(r) for r in requirements}, module
+    assert not optional.PACKAGES.keys() & {'mxnet', 'numpy', 'gluoncv'}
 
 
 def test_constraints_pin_every_gpu_requirement_and_keep_the_cpu_set():
@@ -311,12 +340,24 @@ def test_two_builds_installed_are_named_with_the_fix(fake_site, tmp_path):
 
 # --- pip resolves the pins ---
 
+def _project(tmp_path, package=False):
+    """A copy of what setup.py packages (`package`: the whole package, else its
+    ``__init__.py``, enough to resolve the requirements)."""
+    project = tmp_path / 'project'
+    if package:
+        shutil.copytree(os.path.join(ROOT, 'gluondet'), str(project / 'gluondet'),
+                        ignore=shutil.ignore_patterns('__pycache__'))
+    else:
+        (project / 'gluondet').mkdir(parents=True)
+        shutil.copy(os.path.join(ROOT, 'gluondet', '__init__.py'), str(project / 'gluondet'))
+    for name in ('setup.py', 'README.md'):
+        shutil.copy(os.path.join(ROOT, name), str(project / name))
+    return project
+
+
 def _pip_dry_run(tmp_path, extras, constraints, *options):
     """``pip install --dry-run`` of a copy of the project with `extras`; the report."""
-    project = tmp_path / 'project'
-    (project / 'gluondet').mkdir(parents=True)
-    for name in ('setup.py', 'README.md', 'gluondet/__init__.py'):
-        shutil.copy(os.path.join(ROOT, name), project / name)
+    project = _project(tmp_path)
     report = tmp_path / 'report.json'
     done = subprocess.run(
         [sys.executable, '-m', 'pip', 'install', '--dry-run', '--no-build-isolation', '-q',
@@ -332,8 +373,72 @@ def _pip_dry_run(tmp_path, extras, constraints, *options):
 def test_cpu_install_changes_nothing_in_the_venv(tmp_path):
     """This venv was built from constraints.txt; the `cpu` extra asks for nothing else."""
     _skip_unless_cpu_venv()
-    assert _pip_dry_run(tmp_path, 'cpu,test,onnx,dali', 'constraints.txt') == {
+    assert _pip_dry_run(tmp_path, 'cpu,test,dali', 'constraints.txt') == {
         'gluondet': '0.1.0'}
+
+
+def _succeed(command, **kwargs):
+    """Run ``command``; its stdout (it must succeed)."""
+    done = subprocess.run(command, capture_output=True, text=True, timeout=900, **kwargs)
+    assert done.returncode == 0, (command, done.stdout, done.stderr)
+    return done.stdout
+
+
+@pytest.mark.slow
+def test_cpu_install_exports_infers_and_draws(trained_model, bccd_root, tmp_path):
+    """docs/install.md's ``pip install 'gluondet[cpu]'`` of this checkout's wheel, with the
+    pins, into a fresh venv; there, from a folder outside the checkout, what the README
+    promises on a CPU: export a zoo SSD to ONNX, infer and evaluate with ONNX Runtime, draw
+    the evaluation's pictures."""
+    import onnx
+    from gluondet.deploy.infer import evaluate_model
+    wheels, venv, outside = tmp_path / 'wheels', tmp_path / 'venv', tmp_path / 'outside'
+    _succeed([sys.executable, '-m', 'pip', 'wheel', '--no-deps', '--no-build-isolation', '-q',
+              '--disable-pip-version-check', '-w', str(wheels), str(_project(tmp_path, True))])
+    (wheel,) = os.listdir(str(wheels))
+    _succeed([sys.executable, '-m', 'venv', str(venv)])
+    python, gluondet = str(venv / 'bin' / 'python'), str(venv / 'bin' / 'gluondet')
+    _succeed([python, '-m', 'pip', 'install', '-q', '--disable-pip-version-check', '-c',
+              os.path.join(ROOT, 'constraints.txt'), '%s[cpu]' % (wheels / wheel)])
+    _succeed([python, '-m', 'pip', 'check'])
+    outside.mkdir()
+    env = {k: v for k, v in os.environ.items() if k != 'PYTHONPATH'}
+
+    def command(*args):
+        return _succeed([gluondet] + list(args), cwd=str(outside), env=env)
+
+    assert _succeed([python, '-c', 'import gluondet; print(gluondet.__file__)'],
+                    cwd=str(outside), env=env).startswith(str(venv))
+    params = trained_model[0]
+    voc, _ = small_bccd(bccd_root, trained_model[2])
+    images = outside / 'images'
+    images.mkdir()
+    with open(os.path.join(voc, 'ImageSets', 'Main', SMALL_SPLIT + '.txt')) as f:
+        for name in f.read().split():
+            os.symlink(os.path.join(voc, 'JPEGImages', name + '.jpg'), str(images / name) + '.jpg')
+
+    command('export', '--network', NETWORK, '--params', params, '--format', 'onnx',
+            '-o', 'ssd.onnx')
+    model = str(outside / 'ssd.onnx')
+    meta = {p.key: json.loads(p.value) for p in onnx.load(model).metadata_props}
+    assert meta['network'] == NETWORK and len(meta['classes']) == 8
+
+    command('infer', '-m', 'ssd.onnx', '--images', 'images', '--output', 'det.json')
+    with open(str(outside / 'det_images.json')) as f:
+        assert len(json.load(f)['images']) == SMALL_SPLIT_SIZE
+    with open(str(outside / 'det.json')) as f:
+        detections = json.load(f)
+    assert {d['image_id'] for d in detections} == set(range(1, SMALL_SPLIT_SIZE + 1))
+
+    printed = command('evaluate', '-m', 'ssd.onnx', '--dataset', 'voc', '--dataset-root', voc,
+                      '--split', SMALL_SPLIT, '--plots', 'plots')
+    here = evaluate_model(model, 'voc', voc, SMALL_SPLIT, progress=False)
+    assert 'VOC07 mAP (IoU 0.5) of ssd.onnx (onnxruntime) on %d images: %.4f' % (
+        SMALL_SPLIT_SIZE, here['mAP']) in printed
+    assert here['mAP'] > 0      # it finds cells
+    for name in ('pr_curves.png', 'confusion_matrix.png', 'ap_per_class.png'):
+        with open(str(outside / 'plots' / name), 'rb') as f:
+            assert f.read(8) == b'\x89PNG\r\n\x1a\n', name
 
 
 def _pypi_reachable():

@@ -8,6 +8,7 @@ from numbers import Number
 import numpy as np
 
 from ..bbox import bbox_xywh_to_xyxy, bbox_xyxy_to_xywh
+from ..optional import require
 from .base import DatasetError, DetectionDataset, Record, empty_label, safe_join
 
 __all__ = ['COCODetection', 'coco_to_xyxy', 'xyxy_to_coco']
@@ -361,10 +362,6 @@ class COCODetection(DetectionDataset):
     def coco(self):
         """A ``pycocotools.coco.COCO`` of :attr:`annotation_file` (needs pycocotools)."""
         if self._coco is None:
-            try:
-                from pycocotools.coco import COCO
-            except ImportError:
-                raise ImportError('COCODetection.coco needs pycocotools: pip install pycocotools '
-                                  '(or evaluate annotation_file with faster-coco-eval)') from None
-            self._coco = COCO(self.annotation_file)
+            coco = require('pycocotools.coco', 'COCODetection.coco')
+            self._coco = coco.COCO(self.annotation_file)
         return self._coco

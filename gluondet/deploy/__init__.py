@@ -1,8 +1,9 @@
 """Deployment: MXNet symbol and ONNX export of detectors, and output comparison.
 
-``export_onnx`` and ``UnsupportedOperatorError`` need the ``onnx`` extra
-(``pip install gluondet[onnx]``); they are imported on first use.
+``export_onnx`` and ``UnsupportedOperatorError`` are imported on first use (they import
+onnx, or say how to install it).
 """
+from ..optional import require
 from .compare import DetectionComparison, compare_detections, detecting_random_weights
 from .predictor import Detections, Predictor, load_network
 from .symbol import export_symbol
@@ -15,6 +16,7 @@ _ONNX_NAMES = ('export_onnx', 'UnsupportedOperatorError')
 
 def __getattr__(name):
     if name in _ONNX_NAMES:
+        require('onnx', 'ONNX export')
         from . import onnx
         return getattr(onnx, name)
     raise AttributeError('module %r has no attribute %r' % (__name__, name))

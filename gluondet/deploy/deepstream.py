@@ -38,6 +38,7 @@ import numpy as np
 
 from ..data.preprocess import preprocessing_from_metadata
 from ..files import atomic_write
+from ..optional import require
 
 __all__ = ['CONFIG_FILE', 'LABELS_FILE', 'NETWORK_MODES', 'nvinfer_properties',
            'write_deepstream_config']
@@ -213,8 +214,8 @@ def write_deepstream_config(onnx_path, engine_path=None, precision='fp32',
     list of str
         The config and labels files.
     """
-    import onnx
     from .. import __version__
+    onnx = require('onnx', 'a DeepStream config')
     model = onnx.load(onnx_path, load_external_data=False)
     folder = os.path.dirname(os.path.abspath(onnx_path))
     relative = lambda path: os.path.relpath(os.path.abspath(path), folder)  # noqa: E731

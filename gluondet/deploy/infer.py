@@ -191,7 +191,7 @@ def export_model(network, output, fmt='onnx', params=None, pretrained=False, cla
         meta = metadata_path(output)
         _write_json(meta, model_metadata(net, info['network'], shape, **describe))
         return files + [meta]
-    from .onnx import export_onnx   # needs the onnx package
+    from . import export_onnx   # imports onnx, or says how to install it
     batch = batch_size or (DYNAMIC_MAX_BATCH if dynamic_batch and fmt == 'tensorrt' else 1)
     fixed = None if dynamic_batch else batch
     calibrator = None

@@ -15,6 +15,8 @@ import tempfile
 
 import onnx
 
+from ..optional import require
+
 __all__ = ['quantize_onnx', 'CALIBRATION_METHODS']
 
 CALIBRATION_METHODS = ('minmax', 'percentile')
@@ -62,6 +64,7 @@ def quantize_onnx(model_path, output, batches, method='minmax'):
     if method not in CALIBRATION_METHODS:
         raise ValueError('calibration method must be one of %s, got %r'
                          % (', '.join(CALIBRATION_METHODS), method))
+    require('onnxruntime.quantization', 'int8 quantization')
     from onnxruntime.quantization import (CalibrationMethod, QuantFormat, QuantType,
                                           quantize_static)
     from onnxruntime.quantization.shape_inference import quant_pre_process

@@ -14,6 +14,7 @@ import mxnet as mx
 import numpy as np
 from mxnet import autograd, gluon
 
+from ..optional import require
 from .tensorrt import OUTPUT_NAMES
 
 __all__ = ['MXNetRunner', 'ONNXRuntimeRunner']
@@ -85,10 +86,7 @@ class ONNXRuntimeRunner:
     """
 
     def __init__(self, path, providers=None, threads=None):
-        try:
-            import onnxruntime as ort
-        except ImportError as err:
-            raise ImportError('the onnxruntime backend needs `pip install onnxruntime`') from err
+        ort = require('onnxruntime', 'the onnxruntime backend')
         if not os.path.isfile(path):
             raise FileNotFoundError('ONNX model not found: %s' % path)
         options = ort.SessionOptions()

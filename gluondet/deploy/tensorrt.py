@@ -24,6 +24,7 @@ import time
 import numpy as np
 
 from ..files import atomic_write
+from ..optional import require
 from .calibration import (CalibrationBatches, _cuda, _DeviceBuffer, _import_cudart,
                           _import_tensorrt, _positive_int, make_calibrator)
 
@@ -90,10 +91,7 @@ def _check_build_args(onnx_path, engine_path, precision, max_batch_size, dynamic
 
 
 def _load_onnx(onnx_path):
-    try:
-        import onnx
-    except ImportError as err:
-        raise ImportError('reading the ONNX model needs `pip install onnx`') from err
+    onnx = require('onnx', 'reading the ONNX model')
     try:
         return onnx.load(onnx_path, load_external_data=False)
     except Exception as err:  # protobuf raises several types for bad data

@@ -15,6 +15,7 @@ import mxnet as mx
 import numpy as np
 from mxnet import gluon, nd
 
+from ..optional import install_hint
 from .context import Runtime, local_runtime, make_contexts, optimizer_params
 
 
@@ -31,8 +32,8 @@ def check_launch(config):
         try:
             import horovod.mxnet  # noqa: F401
         except ImportError as err:
-            raise ValueError('horovod: cannot import horovod.mxnet (%s); `make venv` builds it '
-                             '(docs/distributed.md)' % err) from None
+            raise ValueError('horovod: cannot import horovod.mxnet (%s); %s'
+                             % (err, install_hint('horovod'))) from None
         if config.gpus and mx.context.num_gpus() == 0:
             raise ValueError("horovod: gpus=%r asks for GPUs, but this machine has none; pass "
                              "gpus='' (--gpus '') to train on the CPU" % config.gpus)

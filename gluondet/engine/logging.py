@@ -31,6 +31,8 @@ import time
 
 import tqdm
 
+from ..optional import require
+
 LOGGER_NAME = 'gluondet'
 
 
@@ -113,8 +115,8 @@ class Reporter:
                 os.truncate(self.jsonl_path, min(jsonl_offset, os.path.getsize(self.jsonl_path)))
             self._jsonl = open(self.jsonl_path, 'a')
         if self.logdir:
-            from tensorboardX import SummaryWriter
-            self._tb = SummaryWriter(self.logdir, purge_step=purge_step)
+            tensorboard = require('tensorboardX', 'TensorBoard logging (--logdir)')
+            self._tb = tensorboard.SummaryWriter(self.logdir, purge_step=purge_step)
 
     def jsonl_offset(self):
         """Bytes written to the jsonl file so far (None before it is open)."""
