@@ -165,10 +165,12 @@ def test_rpn_proposals_are_rpnproposal_bit_for_bit(pre_nms, post_nms, min_size):
     offsets = [mx.nd.array(rng.randn(2, a.shape[1], 4) * 0.5) for a in anchors]
     _, expected = proposal(mx.nd.zeros((2, 3) + SHAPE), *(anchors + scores + offsets))
     g = GraphBuilder('proposals')
-    add_rpn_proposals(g, 'scores', 'offsets', mx.nd.concat(*anchors, dim=1).asnumpy(), SHAPE,
+    anchors = mx.nd.concat(*anchors, dim=1).asnumpy()
+    add_rpn_proposals(g, 'scores', 'offsets', 'anchors', 'image', anchors.shape[1],
                       proposal.nms_thresh, pre_nms, post_nms, proposal.min_size, proposal.clip)
     got, = _run_graph(g, {'scores': mx.nd.concat(*scores, dim=1).asnumpy(),
-                          'offsets': mx.nd.concat(*offsets, dim=1).asnumpy()}, [('proposals', 3)])
+                          'offsets': mx.nd.concat(*offsets, dim=1).asnumpy(), 'anchors': anchors,
+                          'image': np.zeros((2, 3) + SHAPE, np.float32)}, [('proposals', 3)])
     expected = expected.asnumpy()
     assert got.shape == expected.shape == (2, post_nms, 4)
     kept = (expected[..., 0] >= 0).sum(axis=1)

@@ -149,7 +149,8 @@ def test_backends_give_the_same_detections(trained_model, images, tmp_path):
 
 
 def test_boxes_are_those_of_validation(trained_model, bccd_root):
-    """Same numbers as ``detect_batches`` (the engine's validation), padding removed."""
+    """Same numbers as ``detect_batches`` (the engine's validation), padding removed, boxes
+    clipped to the 640 x 480 image: ``[0, 639] x [0, 479]``, inclusive pixels."""
     params, _, folder = trained_model
     net, info = load_network(params)
     predictor = Predictor.from_model(net, data_shape=info['data_shape'])
@@ -161,12 +162,16 @@ def test_boxes_are_those_of_validation(trained_model, bccd_root):
     expected = [part for out in detect_batches(net, loader, [mx.cpu()], (DATA_SHAPE, DATA_SHAPE))
                 for part in zip(*[o.asnumpy() for o in out[:3]])]
     assert len(found) == len(expected) == SMALL_SPLIT_SIZE
+    outside = 0
     for got, (ids, scores, boxes) in zip(found, expected):
         keep = ids[:, 0] >= 0
         np.testing.assert_array_equal(got.ids, ids[keep, 0])
         np.testing.assert_array_equal(got.scores, scores[keep, 0])
-        np.testing.assert_array_equal(got.boxes, boxes[keep])
+        clipped = np.clip(boxes[keep], 0, [639, 479, 639, 479])
+        np.testing.assert_array_equal(got.boxes, clipped)
+        outside += (clipped != boxes[keep]).any(axis=1).sum()
         assert got.boxes[:, 2].max() > DATA_SHAPE      # in the 640 x 480 image's pixels
+    assert outside > 10     # SSD's boxes cross the image's edges: clipped here
 
 
 def test_rescale_scales_coordinates_left_of_and_above_the_image_too():

@@ -433,15 +433,20 @@ def test_parser_errors_name_the_nodes(onnx_static):
 
 
 def test_runner_batch_checks():
-    gt._check_batch((4, 3, 32, 48), (3, 32, 48), (1, 8))
+    fixed, dynamic = ((1, 3, 32, 48), (8, 3, 32, 48)), ((1, 3, 32, 32), (8, 3, 64, 96))
+    gt._check_batch((4, 3, 32, 48), *fixed)
     with pytest.raises(ValueError, match=r'batches of 1 to 8 \(its optimization profile\), got 9'):
-        gt._check_batch((9, 3, 32, 48), (3, 32, 48), (1, 8))
+        gt._check_batch((9, 3, 32, 48), *fixed)
     with pytest.raises(ValueError, match=r'batches of exactly 1 \(fixed shape\), got 2'):
-        gt._check_batch((2, 3, 32, 48), (3, 32, 48), (1, 1))
-    with pytest.raises(ValueError, match=r'shape \(1, 3, 48, 32\) does not fit .* N x 3x32x48'):
-        gt._check_batch((1, 3, 48, 32), (3, 32, 48), (1, 1))
+        gt._check_batch((2, 3, 32, 48), (1, 3, 32, 48), (1, 3, 32, 48))
+    with pytest.raises(ValueError, match=r'shape \(1, 3, 48, 32\) does not fit .* N x 3x32x48$'):
+        gt._check_batch((1, 3, 48, 32), *fixed)
     with pytest.raises(ValueError, match='does not fit'):
-        gt._check_batch((3, 32, 48), (3, 32, 48), (1, 1))
+        gt._check_batch((3, 32, 48), *fixed)
+    gt._check_batch((2, 3, 64, 32), *dynamic)     # a dynamic height and width: any in range
+    with pytest.raises(ValueError, match=r'shape \(1, 3, 96, 64\) does not fit the engine input '
+                                         r'N x from 3x32x32 to 3x64x96 \(its optimization'):
+        gt._check_batch((1, 3, 96, 64), *dynamic)
 
 
 # ---------------------------------------------------------------- on a GPU machine

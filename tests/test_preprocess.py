@@ -147,10 +147,11 @@ def test_a_fixed_input_takes_keep_ratio_images_fitted_and_padded_and_fixed_sizes
                                                                     keep_ratio(128, 160, 32)))
 
 
-def test_keep_ratio_boxes_are_cut_at_their_image_and_fixed_size_boxes_left_as_the_net_gives():
+def test_boxes_are_clipped_to_their_image_keep_ratio_and_fixed_size_alike():
+    # inclusive pixels: a 128 x 96 image's boxes lie in [0, 127] x [0, 95]
     runner = BoxRunner(input_shape=(3, 96, 96))
     runner.BOX = np.array([-2, 0, 96, 96], np.float32)     # spills into the padding
     found = Predictor(runner, ['a'], keep_ratio(128, 160)).detect([_image(96, 128)])
-    np.testing.assert_allclose(found[0].boxes, [[0, 0, 128, 96]], rtol=1e-6)   # 72 x 96 input
+    np.testing.assert_allclose(found[0].boxes, [[0, 0, 127, 95]], rtol=1e-6)   # 72 x 96 input
     found = Predictor(runner, ['a'], fixed_size(96)).detect([_image(48, 192)])
-    np.testing.assert_allclose(found[0].boxes, [[-4, 0, 192, 48]], rtol=1e-6)
+    np.testing.assert_allclose(found[0].boxes, [[0, 0, 191, 47]], rtol=1e-6)

@@ -23,8 +23,9 @@ import numpy as np
 from . import transforms as T
 from .rcnn_transforms import RCNNValTransform
 
-__all__ = ['RESIZE_MODES', 'SSDValTransform', 'check_preprocessing', 'fixed_size', 'keep_ratio',
-           'padded_shape', 'preprocessing_from_metadata', 'preprocessing_of', 'val_transform']
+__all__ = ['RESIZE_MODES', 'SSDValTransform', 'check_preprocessing', 'fixed_size', 'input_range',
+           'keep_ratio', 'padded_shape', 'preprocessing_from_metadata', 'preprocessing_of',
+           'val_transform']
 
 RESIZE_MODES = ('fixed', 'keep_ratio')
 
@@ -203,3 +204,25 @@ def padded_shape(spec, size, fixed=None):
         return tuple(spec['data_shape'])
     multiple = spec['multiple']
     return tuple(-(-int(side) // multiple) * multiple for side in size)
+
+
+def input_range(spec):
+    """The network inputs a keep-ratio ``spec`` gives: ``(smallest, typical, largest)``
+    ``(height, width)``, each side rounded up to the multiple.
+
+    ``smallest``: one multiple (a side of an image of extreme aspect ratio); ``typical``:
+    ``short x max_size`` (a landscape image that fills both); ``largest``: ``max_size`` on
+    both sides (no image reaches both at once). An exported model taking inputs of any
+    size up to ``largest`` takes every image at its own size.
+
+    Raises
+    ------
+    ValueError
+        If ``spec`` is a fixed size or has no ``max_size`` (no largest input).
+    """
+    if spec['resize'] != 'keep_ratio' or spec['max_size'] is None:
+        raise ValueError('only a keep-ratio preprocessing with a max_size bounds the input '
+                         'size, not %s' % (spec,))
+    short, longest, multiple = spec['short'], spec['max_size'], spec['multiple']
+    return ((multiple, multiple), padded_shape(spec, (min(short, longest), longest)),
+            padded_shape(spec, (longest, longest)))

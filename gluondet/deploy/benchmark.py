@@ -155,7 +155,8 @@ def load(model, backend=None, params=None, pretrained=False, data_shape=None, cl
     fmt = 'onnx' if backend == 'onnxruntime' else 'tensorrt'
     output = os.path.join(workdir, 'model.onnx' if fmt == 'onnx' else 'model.engine')
     export_model(model, output, fmt, params, pretrained, classes, data_shape,
-                 batch_size=None if fmt == 'onnx' else max_batch_size, dynamic_batch=True)
+                 batch_size=None if fmt == 'onnx' else max_batch_size, dynamic_batch=True,
+                 verbose=False)
     predictor = Predictor.from_model(output, backend, threads=threads)
     return predictor, {'weights': weights, 'exported': fmt + ' (dynamic batch)'}
 

@@ -10,6 +10,10 @@ Beside the ONNX model (and the TensorRT engine) two files are written, each atom
   to the file, as nvinfer resolves them, so the folder can be moved as a whole.
 - ``labels.txt``: one class name per line, in the order of the model's class ids.
 
+A keep-ratio model exported for any input size (``height`` and ``width`` symbolic) gets
+``infer-dims`` of ``short x max_size`` (rounded up to its multiple): nvinfer builds its
+engine for one input size and scales every frame into it.
+
 Preprocessing. nvinfer computes ``y = net-scale-factor * (x - offsets[c])`` on 0-255
 pixels; gluondet's networks take ``(x / 255 - mean[c]) / std[c]``. So ``offsets`` is
 ``255 * mean`` and ``net-scale-factor`` ``1 / (255 * std)``. There is one scale factor for
@@ -36,7 +40,7 @@ import textwrap
 
 import numpy as np
 
-from ..data.preprocess import preprocessing_from_metadata
+from ..data.preprocess import input_range, preprocessing_from_metadata
 from ..files import atomic_write
 from ..optional import require
 
@@ -61,8 +65,8 @@ def _model_io(model):
                          'has %s' % [i.name for i in inputs])
     dims = [d.dim_value if d.HasField('dim_value') else None
             for d in inputs[0].type.tensor_type.shape.dim]
-    if len(dims) != 4 or None in dims[1:]:
-        raise ValueError('a DeepStream config needs an N x C x H x W input of fixed C, H and W; '
+    if len(dims) != 4 or dims[1] is None:
+        raise ValueError('a DeepStream config needs an N x C x H x W input of fixed C; '
                          '%s is %s' % (inputs[0].name, dims))
     return dims, [o.name for o in model.graph.output]
 
@@ -133,6 +137,12 @@ def nvinfer_properties(model, onnx_file, engine_file=None, precision='fp32',
                      % (scale_std, 100 * spread))
     batch = dims[0] if dims[0] is not None else (batch_size or 1)
     keep_ratio = spec['resize'] == 'keep_ratio'
+    size_note = 'C;H;W of the model input'
+    if None in dims[2:]:    # a keep-ratio model taking any size: nvinfer needs one
+        dims[2:] = input_range(spec)[1]
+        size_note = ('C;H;W: the model takes any height and width up to %s; nvinfer scales '
+                     'every frame into this one, short x max_size (a landscape frame)'
+                     % 'x'.join(map(str, meta['data_shape'])))
     properties = [
         ('gie-unique-id', unique_id, None),
         ('net-scale-factor', repr(1.0 / (255.0 * scale_std)), norm_note),
@@ -154,7 +164,7 @@ def nvinfer_properties(model, onnx_file, engine_file=None, precision='fp32',
         properties.append(('int8-calib-file', calibration_file, "TensorRT's calibration cache"))
     properties += [
         ('num-detected-classes', len(classes), None),
-        ('infer-dims', '%d;%d;%d' % tuple(dims[1:]), 'C;H;W of the model input'),
+        ('infer-dims', '%d;%d;%d' % tuple(dims[1:]), size_note),
         ('network-type', 0, 'detector'),
         ('output-blob-names', ';'.join(outputs),
          'ids, scores: B x K x 1 (id -1 on padding rows); boxes: B x K x 4, xmin ymin xmax '

@@ -37,6 +37,7 @@ import numpy as np
 from ..data import COCODetection, resolve_dataset
 from ..data.coco import xyxy_to_coco
 from ..data.kitti import check_unique_stems, kitti_line
+from ..data.preprocess import input_range
 from ..files import atomic_write
 from ..metrics import COCODetectionMetric
 from ..metrics.coco_eval import format_summary
@@ -49,8 +50,8 @@ from .predictor import (ENGINE_EXTENSIONS, Predictor, apply_nms, list_images, lo
 from .symbol import export_symbol
 from .tensorrt import build_engine
 
-__all__ = ['FORMATS', 'DATASETS', 'export_model', 'infer', 'evaluate', 'evaluate_model',
-           'coco_results', 'kitti_lines', 'run_command']
+__all__ = ['FORMATS', 'DATASETS', 'export_model', 'export_summary', 'infer', 'evaluate',
+           'evaluate_model', 'coco_results', 'kitti_lines', 'run_command']
 
 FORMATS = ('symbol', 'onnx', 'tensorrt')
 DATASETS = ('voc', 'coco', 'kitti', 'rec')     # what evaluate takes (of gluondet.data.DATASETS)
@@ -118,7 +119,7 @@ def _check_export(fmt, output, batch_size, dynamic_batch, precision, calibration
 def export_model(network, output, fmt='onnx', params=None, pretrained=False, classes=None,
                  data_shape=None, batch_size=None, dynamic_batch=False, precision=None,
                  calibration_images=None, calibration_batches=None, calibration_cache=None,
-                 calibration_method=None, gen_ds_config=False, nms=None):
+                 calibration_method=None, gen_ds_config=False, nms=None, verbose=True):
     """Export a network as an MXNet symbol, an ONNX model or a TensorRT engine.
 
     Each artifact carries what :meth:`Predictor.from_model` needs to run it:
@@ -136,9 +137,12 @@ def export_model(network, output, fmt='onnx', params=None, pretrained=False, cla
         beside it first (``model.engine`` -> ``model.onnx``).
     fmt : {'symbol', 'onnx', 'tensorrt'}
     params, pretrained, classes, data_shape
-        See :func:`~gluondet.deploy.predictor.load_network`. A Faster R-CNN's ONNX model
-        and engine take ``data_shape`` only (default ``short x max_size``, rounded up
-        to its multiple: any landscape image fits once resized); its symbol takes any size.
+        See :func:`~gluondet.deploy.predictor.load_network`. A keep-ratio network's
+        (Faster R-CNN, RetinaNet) ONNX model and engine take any height and width up to
+        ``max_size`` (rounded up to its multiple): each image at its own size, as the
+        Gluon network; with ``data_shape`` they take that size only (each image resized
+        to fit it and padded: its detections then differ from the network's). Its symbol
+        takes any size.
     batch_size : int, optional
         ONNX and TensorRT: the fixed batch (default 1); with ``dynamic_batch``
         the largest batch of an engine (default 8). A symbol takes any batch.
@@ -163,6 +167,9 @@ def export_model(network, output, fmt='onnx', params=None, pretrained=False, cla
         Inference NMS of the exported graph (``score_thresh``, ``nms_thresh``, ``post_nms``,
         see :func:`~gluondet.deploy.predictor.apply_nms`); default the network's.
 
+    verbose : bool
+        Print what was written (:func:`export_summary`).
+
     Returns
     -------
     list of str
@@ -181,16 +188,17 @@ def export_model(network, output, fmt='onnx', params=None, pretrained=False, cla
     net, info = load_network(network, params, pretrained, classes, data_shape)
     if nms:
         apply_nms(net, nms)
-    shape = info['data_shape']
-    describe = dict(preprocessing=info['preprocessing'],     # and a Faster R-CNN's sizes
+    shape, spec = info['data_shape'], info['preprocessing']
+    describe = dict(preprocessing=spec,     # and a keep-ratio network's sizes
                     **{key: getattr(net, key) for key in ('short', 'max_size')
                        if getattr(net, key, None) is not None})
     os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
     if fmt == 'symbol':
         files = list(export_symbol(net, output, shape))
-        meta = metadata_path(output)
-        _write_json(meta, model_metadata(net, info['network'], shape, **describe))
-        return files + [meta]
+        meta = model_metadata(net, info['network'], shape, **describe)
+        _write_json(metadata_path(output), meta)
+        files.append(metadata_path(output))
+        return _summary(verbose, files, meta, ['batch', 3, 'height', 'width'])
     from . import export_onnx   # imports onnx, or says how to install it
     batch = batch_size or (DYNAMIC_MAX_BATCH if dynamic_batch and fmt == 'tensorrt' else 1)
     fixed = None if dynamic_batch else batch
@@ -200,27 +208,41 @@ def export_model(network, output, fmt='onnx', params=None, pretrained=False, cla
             calibration_images, data_shape=shape[::-1],
             batch_size=DYNAMIC_MAX_BATCH if fixed is None and fmt == 'onnx' else batch,
             num_batches=calibration_batches, cache_path=calibration_cache,
-            preprocessing=info['preprocessing'])
+            preprocessing=spec)
+    dynamic_size = spec['resize'] == 'keep_ratio' and data_shape is None
+    if dynamic_size:
+        if spec['max_size'] is None:
+            raise ValueError('%s resizes images without a max_size, so no size bounds its '
+                             'input: give data_shape (--data-shape) for a fixed input' % network)
+        shape = input_range(spec)[2]
+    if spec['resize'] == 'keep_ratio':
+        describe['fixed_input_size'] = not dynamic_size
+    dims = ['batch' if fixed is None else fixed, 3] + (['height', 'width'] if dynamic_size
+                                                       else list(shape))
     metadata = model_metadata(net, info['network'], shape, fixed, **describe)
+
+    def write_onnx(path):
+        export_onnx(net, path, shape, batch, dynamic_batch, dynamic_size, metadata=metadata)
+
     if fmt == 'onnx':
         if precision != 'int8':
-            export_onnx(net, output, shape, batch, dynamic_batch, metadata=metadata)
-            return [output] + _deepstream(gen_ds_config, output, precision=precision,
-                                          batch_size=batch)
-        from .quantize import quantize_onnx
-        float_path = output + '.float%d.onnx' % os.getpid()
-        try:
-            export_onnx(net, float_path, shape, batch, dynamic_batch, metadata=metadata)
-            quantize_onnx(float_path, output, calibrator, calibration_method or 'minmax')
-        finally:
-            if os.path.exists(float_path):
-                os.remove(float_path)
-        return [output] + _deepstream(gen_ds_config, output, precision=precision,
-                                      batch_size=batch)
+            write_onnx(output)
+        else:
+            from .quantize import quantize_onnx
+            float_path = output + '.float%d.onnx' % os.getpid()
+            try:
+                write_onnx(float_path)
+                quantize_onnx(float_path, output, calibrator, calibration_method or 'minmax')
+            finally:
+                if os.path.exists(float_path):
+                    os.remove(float_path)
+        files = [output] + _deepstream(gen_ds_config, output, precision=precision,
+                                       batch_size=batch)
+        return _summary(verbose, files, dict(metadata, precision=precision or 'fp32'), dims)
 
     precision = precision or 'fp32'
     onnx_path = os.path.splitext(output)[0] + '.onnx'
-    export_onnx(net, onnx_path, shape, batch, dynamic_batch, metadata=metadata)
+    write_onnx(onnx_path)
     ds_files = _deepstream(gen_ds_config, onnx_path, output, precision, calibration_cache, batch)
     try:
         build_engine(onnx_path, output, precision, max_batch_size=batch,
@@ -229,10 +251,66 @@ def export_model(network, output, fmt='onnx', params=None, pretrained=False, cla
         raise ImportError('the ONNX model is written to %s%s, but the TensorRT engine cannot be '
                           'built here: %s' % (onnx_path, ' (and its DeepStream config beside '
                                               'it)' if ds_files else '', err)) from err
-    meta = metadata_path(output)
-    _write_json(meta, model_metadata(net, info['network'], shape, fixed, precision=precision,
-                                     max_batch_size=batch, **describe))
-    return [onnx_path, output, meta] + ds_files
+    meta = model_metadata(net, info['network'], shape, fixed, precision=precision,
+                          max_batch_size=batch, **describe)
+    _write_json(metadata_path(output), meta)
+    return _summary(verbose, [onnx_path, output, metadata_path(output)] + ds_files, meta, dims)
+
+
+def export_summary(files, meta, dims):
+    """What ``gluondet export`` prints: the files, the input, the classes, the
+    post-processing.
+
+    Parameters
+    ----------
+    files : list of str
+    meta : dict
+        The export's :func:`~gluondet.deploy.predictor.model_metadata` (with ``precision``).
+    dims : list
+        The input's ``N, C, H, W``: sizes, or names of the dimensions left free.
+
+    Returns
+    -------
+    str
+        A few lines.
+    """
+    spec = meta['preprocessing']
+    free = [name for name, dim in zip(('batch', 'channels', 'height', 'width'), dims)
+            if not isinstance(dim, int)]
+    if spec['resize'] == 'fixed':
+        resize = 'each image resized to %d x %d' % tuple(spec['data_shape'])
+    else:
+        resize = ('each image resized keeping its aspect ratio (short side %d, long side at '
+                  'most %s), %s' % (spec['short'], spec['max_size'],
+                                    'padded at the bottom and right to a multiple of %d'
+                                    % spec['multiple'] if 'height' in free else
+                                    'made smaller if it does not fit the input, padded at the '
+                                    'bottom and right to it'))
+    if meta.get('fixed_input_size') is False:
+        resize += ' (any size up to %d x %d)' % tuple(meta['data_shape'])
+    nms = ', '.join('%s %s' % item for item in sorted(meta['nms'].items()))
+    return '\n'.join([
+        'wrote %s%s' % (', '.join(files), ' (%s)' % meta['precision'] if 'precision' in meta
+                        else ''),
+        '  input: data, float32, %s (%s); %s, then (x / 255 - mean) / std, mean %s, std %s'
+        % (' x '.join(str(d) for d in dims), 'dynamic: %s' % ', '.join(free) if free
+           else 'fixed', resize, _numbers(spec['mean']), _numbers(spec['std'])),
+        '  classes (%d): %s' % (len(meta['classes']), ', '.join(meta['classes'])),
+        '  post-processing: inside the model, box decoding and NMS (%s); outputs ids, scores '
+        '(N x K x 1), boxes (N x K x 4: xmin, ymin, xmax, ymax in input pixels), rows of -1 '
+        'after the detections; gluondet infer and evaluate scale the boxes to each image and '
+        'clip them to it' % nms])
+
+
+def _numbers(values):
+    return '[%s]' % ', '.join('%g' % v for v in values)
+
+
+def _summary(verbose, files, meta, dims):
+    """Print the export's summary if ``verbose``; returns ``files``."""
+    if verbose:
+        print(export_summary(files, meta, dims))
+    return files
 
 
 def _deepstream(wanted, onnx_path, engine_path=None, precision=None, calibration_cache=None,

@@ -3,11 +3,15 @@
 The exported model takes ``data`` (``B x 3 x H x W`` float32, normalized as for the
 Gluon network) and returns ``ids``, ``scores`` (``B x K x 1``) and ``boxes``
 (``B x K x 4``, input pixels), the Gluon inference output. ``B`` is fixed to the
-``batch_size`` of the export unless ``dynamic_batch``; ``H x W`` is always fixed
-(anchors and image bounds are constants of the graph; a Faster R-CNN, which takes any
-size in Gluon, is exported for one size: feed it images resized keeping their aspect
-ratio and padded at the bottom and right to it, as a Gluon batch is padded). ONNX
-Runtime refuses any other input shape ("Got invalid dimensions for input: data"): a
+``batch_size`` of the export unless ``dynamic_batch``. ``H x W``: an SSD takes the one
+size its anchors are made for; a Faster R-CNN or RetinaNet, which take any size in Gluon,
+take any size up to ``data_shape`` with ``dynamic_size`` (``height`` and ``width``
+symbolic: the anchors are the generators' constants cropped in the graph to each feature
+map, the proposals are clipped to the input's own shape, and every top-k cut has a
+constant ``k``, its candidates padded with invalid ones where the input has fewer, so
+the graph is the Gluon network's at every size), else exactly ``data_shape`` (feed it
+images resized keeping their ratio to fit and padded at the bottom and right to it).
+ONNX Runtime refuses any other input shape ("Got invalid dimensions for input: data"): a
 caller with a static model must feed exactly ``batch_size`` images (the metadata key
 ``batch_size`` says which, null when dynamic).
 
@@ -35,6 +39,8 @@ from mxnet.onnx import get_operator_support
 from mxnet.onnx.mx2onnx._export_onnx import MXNetGraph
 from onnx import TensorProto, helper
 
+from ..data.preprocess import preprocessing_of
+from ..files import atomic_write
 from ..model_zoo.faster_rcnn import FasterRCNN
 from ..model_zoo.retinanet import RetinaNet
 from ..nn.roi import fpn_levels
@@ -91,32 +97,38 @@ def _convert_group_norm(node, **kwargs):
     return nodes
 
 
-def export_onnx(net, path, data_shape, batch_size=1, dynamic_batch=False, opset=OPSET,
-                metadata=None):
+def export_onnx(net, path, data_shape, batch_size=1, dynamic_batch=False, dynamic_size=False,
+                opset=OPSET, metadata=None):
     """Write a detector as an ONNX model whose outputs equal the Gluon inference output.
 
     Parameters
     ----------
-    net : :class:`~gluondet.model_zoo.ssd.SSD` or :class:`~gluondet.model_zoo.faster_rcnn.FasterRCNN`
-        Initialized; its ``set_nms`` settings are exported (SSD: ``0 < nms_thresh < 1``
-        and ``nms_topk > 0`` are required; Faster R-CNN: ``nms_thresh >= 0``, ROI Align).
+    net : SSD, RetinaNet or FasterRCNN (:mod:`gluondet.model_zoo`)
+        Initialized; its ``set_nms`` settings are exported (SSD, RetinaNet: ``0 <
+        nms_thresh < 1`` and ``nms_topk > 0`` are required; Faster R-CNN: ``nms_thresh >=
+        0``, ROI Align).
     path : str
         The ``.onnx`` file to write.
     data_shape : int or (int, int)
-        Input height and width, fixed in the model.
+        Input height and width: fixed in the model, or with ``dynamic_size`` the largest.
     batch_size : int
         The batch the model takes (ignored with ``dynamic_batch``).
     dynamic_batch : bool
         Make the batch dimension symbolic (``batch``).
+    dynamic_size : bool
+        Faster R-CNN and RetinaNet: make the height and width symbolic (``height``,
+        ``width``), any size up to ``data_shape`` (the anchors are cropped to the feature
+        maps in the graph, as the network crops them), so that each image runs at its
+        own size, as in Gluon.
     opset : int
         ONNX opset; only 13 is supported (mx2onnx's translations stop there).
     metadata : dict or None
         Extra ``{key: value}`` stored in the model's metadata, values JSON-encoded
         (for example the input ``mean`` and ``std``). The model always records
-        ``classes``, ``data_shape``, ``batch_size`` (null if dynamic) and ``nms``; a
-        Faster R-CNN also ``rpn`` (its proposal settings), ``short``, ``max_size`` and
-        ``fixed_input_size`` (true: only ``data_shape`` is taken, where the Gluon
-        network takes any size).
+        ``classes``, ``data_shape``, ``batch_size`` (null if dynamic), ``nms`` and
+        ``preprocessing`` (:func:`~gluondet.data.preprocess.preprocessing_of` the network);
+        Faster R-CNN and RetinaNet also ``short``, ``max_size`` and ``fixed_input_size``
+        (false with ``dynamic_size``), and Faster R-CNN ``rpn`` (its proposal settings).
 
     Returns
     -------
@@ -130,10 +142,16 @@ def export_onnx(net, path, data_shape, batch_size=1, dynamic_batch=False, opset=
     """
     if opset != OPSET:
         raise ValueError('export_onnx: only opset %d is supported, got %r' % (OPSET, opset))
+    if dynamic_size and not isinstance(net, (FasterRCNN, RetinaNet)):
+        raise ValueError('export_onnx: %s takes one input size (its anchors are fixed to '
+                         'data_shape): no dynamic_size' % type(net).__name__)
     check_float32_process('export_onnx')
     shape = input_shape(data_shape, batch_size)
-    build = _rcnn_graph if isinstance(net, FasterRCNN) else _ssd_graph
-    graph, rows, props = build(net, shape, dynamic_batch)
+    symbolic = {0: 'batch'} if dynamic_batch else {}
+    if dynamic_size:
+        symbolic.update({2: 'height', 3: 'width'})
+    build = _rcnn_graph if isinstance(net, FasterRCNN) else _single_stage_graph
+    graph, rows, props = build(net, shape, symbolic)
     batch = 'batch' if dynamic_batch else shape[0]
     del graph.output[:]
     graph.output.extend(helper.make_tensor_value_info(name, TensorProto.FLOAT, [batch, rows, n])
@@ -146,10 +164,13 @@ def export_onnx(net, path, data_shape, batch_size=1, dynamic_batch=False, opset=
                               opset_imports=[helper.make_opsetid('', OPSET)])
     props = dict({'classes': list(net.classes), 'data_shape': list(shape[2:]),
                   'batch_size': None if dynamic_batch else shape[0]}, **props)
+    props['preprocessing'] = preprocessing_of(net, shape[2:])
+    if props['preprocessing']['resize'] == 'keep_ratio':
+        props.update(short=net.short, max_size=net.max_size, fixed_input_size=not dynamic_size)
     props.update(metadata or {})
     helper.set_model_props(model, {k: json.dumps(v) for k, v in props.items()})
     onnx.checker.check_model(model, full_check=True)
-    onnx.save(model, path)
+    atomic_write(path, model.SerializeToString())
     return model
 
 
@@ -158,27 +179,33 @@ def _append(graph, builder):
     graph.initializer.extend(builder.initializers)
 
 
-def _ssd_graph(net, shape, dynamic_batch):
-    """SSD and RetinaNet: mx2onnx's body, then the post-processing."""
-    symbol, params, anchors, level_sizes = ssd_body(net, shape[2:])
-    graph = _convert_body(symbol, params, [('data', shape)], dynamic_batch)
+def _nms_props(nms, *keys):
+    return {key: getattr(nms, key) for key in ('score_thresh', 'nms_thresh', 'nms_topk',
+                                                 'post_nms') + keys}
+
+
+def _single_stage_graph(net, shape, symbolic):
+    """SSD and RetinaNet: mx2onnx's body, then the post-processing. RetinaNet's anchors come
+    from the body (cropped to its maps: any input size); SSD's are constants."""
+    retinanet = isinstance(net, RetinaNet)
+    symbol, params, anchors, level_sizes = ssd_body(net, shape[2:], anchor_outputs=retinanet)
+    graph = _convert_body(symbol, params, [('data', shape)], symbolic)
     nms = net.postprocess
     post = GraphBuilder('postprocess')
-    if isinstance(net, RetinaNet):
+    if retinanet:
         rows = add_retinanet_postprocess(
-            post, 'cls_preds', 'box_preds', anchors, level_sizes, net.num_classes,
-            net.box_decoder.stds, net.box_decoder.clip, nms.score_thresh, nms.nms_thresh,
-            nms.nms_topk, nms.post_nms, OUTPUTS)
+            post, 'cls_preds', 'box_preds', ['anchors%d' % i for i in range(len(level_sizes))],
+            level_sizes, net.num_classes, net.box_decoder.stds, net.box_decoder.clip,
+            nms.score_thresh, nms.nms_thresh, nms.nms_topk, nms.post_nms, OUTPUTS)
     else:
         rows = add_ssd_postprocess(post, 'cls_preds', 'box_preds', anchors, net.num_classes,
                                    net.box_decoder.stds, nms.score_thresh, nms.nms_thresh,
                                    nms.nms_topk, nms.post_nms, OUTPUTS)
     _append(graph, post)
-    return graph, rows, {'nms': {'score_thresh': nms.score_thresh, 'nms_thresh': nms.nms_thresh,
-                                 'nms_topk': nms.nms_topk, 'post_nms': nms.post_nms}}
+    return graph, rows, {'nms': _nms_props(nms)}
 
 
-def _rcnn_graph(net, shape, dynamic_batch):
+def _rcnn_graph(net, shape, symbolic):
     """Faster R-CNN: mx2onnx's backbone + RPN head, the proposals and ROI Align, mx2onnx's
     box head, then the detection post-processing."""
     extractor = net.roi_extractor
@@ -187,10 +214,10 @@ def _rcnn_graph(net, shape, dynamic_batch):
                                        "exported (only 'align')" % (extractor.mode,))
     body = rcnn_body(net, shape[2:])
     pre_nms, num_rois = net.proposal.counts(False)
-    graph = _convert_body(body.rpn, body.params, [('data', shape)], dynamic_batch)
+    graph = _convert_body(body.rpn, body.params, [('data', shape)], symbolic)
     regions = GraphBuilder('proposals')
     proposal = net.proposal
-    add_rpn_proposals(regions, 'rpn_scores', 'rpn_offsets', body.anchors, shape[2:],
+    add_rpn_proposals(regions, 'rpn_scores', 'rpn_offsets', 'anchors', 'data', body.num_anchors,
                       proposal.nms_thresh, pre_nms, num_rois, proposal.min_size, proposal.clip)
     num_maps = len(body.map_shapes)
     levels = None
@@ -206,8 +233,8 @@ def _rcnn_graph(net, shape, dynamic_batch):
                   levels, 'pooled')
     _append(graph, regions)
     pooled = (shape[0] * num_rois,) + tuple(body.map_shapes[0][1:2]) + tuple(extractor.size)
-    head = _convert_body(body.head, body.params, [('pooled', pooled)], dynamic_batch,
-                         keep_inputs=False)
+    head = _convert_body(body.head, body.params, [('pooled', pooled)],
+                         {0: 'batch'} if 0 in symbolic else {}, keep_inputs=False)
     clash = {t.name for t in head.initializer} & {t.name for t in graph.initializer}
     if clash:
         raise AssertionError('ONNX export: the two mx2onnx graphs share names %s' % sorted(clash))
@@ -221,12 +248,9 @@ def _rcnn_graph(net, shape, dynamic_batch):
         net.box_decoder.stds, net.box_decoder.clip, nms.score_thresh, nms.nms_thresh,
         nms.nms_topk, nms.post_nms, nms.force_nms, nms.valid_thresh, OUTPUTS)
     _append(graph, post)
-    props = {'nms': {'score_thresh': nms.score_thresh, 'nms_thresh': nms.nms_thresh,
-                     'nms_topk': nms.nms_topk, 'post_nms': nms.post_nms,
-                     'force_nms': nms.force_nms},
+    props = {'nms': _nms_props(nms, 'force_nms'),
              'rpn': {'nms_thresh': proposal.nms_thresh, 'pre_nms': pre_nms,
-                     'post_nms': num_rois, 'min_size': proposal.min_size},
-             'short': net.short, 'max_size': net.max_size, 'fixed_input_size': True}
+                     'post_nms': num_rois, 'min_size': proposal.min_size}}
     return graph, rows, props
 
 
@@ -254,12 +278,13 @@ def _fpn_level_bounds(min_level, num_levels, canonical_level):
     return bounds
 
 
-def _convert_body(symbol, params, inputs, dynamic_batch, keep_inputs=True):
+def _convert_body(symbol, params, inputs, symbolic, keep_inputs=True):
     """mx2onnx's graph of ``symbol`` at opset 13, corrected (see the module docstring).
 
     ``inputs``: ``(name, shape)`` of the symbol's inputs, in the order they appear in it;
-    with ``dynamic_batch`` their first dimension is symbolic. The graph lists them as its
-    inputs if ``keep_inputs`` (else nodes added to it are to produce them).
+    ``symbolic``: ``{axis: name}`` of their dimensions left symbolic (``shape`` holds a
+    size to trace with). The graph lists them as its inputs if ``keep_inputs`` (else nodes
+    added to it are to produce them).
     """
     nodes = json.loads(symbol.tojson())['nodes']
     supported = set(get_operator_support(OPSET))
@@ -284,11 +309,12 @@ def _convert_body(symbol, params, inputs, dynamic_batch, keep_inputs=True):
             l2_eps[node['name']] = float(attrs.get('eps', 1e-10))
 
     shapes = [tuple(shape) for _, shape in inputs]
-    dynamic_shapes = [(None,) + shape[1:] for shape in shapes] if dynamic_batch else None
+    dynamic_shapes = [tuple(None if axis in symbolic else size for axis, size in enumerate(shape))
+                      for shape in shapes]
     try:
         graph = MXNetGraph().create_onnx_graph_proto(
             symbol, params, shapes, [TensorProto.FLOAT] * len(shapes), opset_version=OPSET,
-            dynamic=dynamic_batch, dynamic_input_shapes=dynamic_shapes)
+            dynamic=bool(symbolic), dynamic_input_shapes=dynamic_shapes if symbolic else None)
     except (AttributeError, NotImplementedError) as err:
         raise UnsupportedOperatorError('ONNX export: mx2onnx failed on the network body: %s'
                                        % err) from err
@@ -296,9 +322,9 @@ def _convert_body(symbol, params, inputs, dynamic_batch, keep_inputs=True):
     kept = [i for i in graph.input if keep_inputs and i.name in names]
     del graph.input[:]
     graph.input.extend(kept)
-    if dynamic_batch:
-        for value in graph.input:
-            value.type.tensor_type.shape.dim[0].dim_param = 'batch'
+    for value in graph.input:
+        for axis, name in symbolic.items():
+            value.type.tensor_type.shape.dim[axis].dim_param = name
     _exact_l2_normalization(graph, l2_eps)
     return graph
 

@@ -26,8 +26,8 @@ same offsets gives the same bits.
 import numpy as np
 from onnx import TensorProto, helper, numpy_helper
 
-__all__ = ['GraphBuilder', 'add_ssd_postprocess', 'add_rpn_proposals', 'add_roi_align',
-           'add_rcnn_postprocess']
+__all__ = ['GraphBuilder', 'add_ssd_postprocess', 'add_retinanet_postprocess',
+           'add_rpn_proposals', 'add_roi_align', 'add_rcnn_postprocess']
 
 
 class GraphBuilder:
@@ -240,17 +240,18 @@ def add_ssd_postprocess(g, cls_preds, box_preds, anchors, num_classes, stds, sco
     num_anchors_c = g.const(num_anchors, np.int64)
     class_id = g.op('Div', [index, num_anchors_c])                            # B x k
     anchor = g.op('Mod', [index, num_anchors_c])
-    _detections(g, scores, class_id, anchor, box_preds, anchors, stds, None, k, nms_thresh,
-                score_thresh, num_classes, out_rows, outputs)
+    _detections(g, scores, class_id, anchor, box_preds, g.const(anchors), stds, None, k,
+                nms_thresh, score_thresh, num_classes, out_rows, outputs)
     return out_rows
 
 
 def _detections(g, scores, class_id, anchor, box_preds, anchors, stds, clip, k, nms_thresh,
                 score_thresh, num_classes, out_rows, outputs):
     """From ``k`` candidates sorted by score (``B x k`` scores, int64 class ids and anchor
-    indices): decode their boxes, NMS within classes, the ``out_rows`` first survivors."""
+    indices): decode their boxes (``anchors`` names the ``A x 4`` anchors), NMS within
+    classes, the ``out_rows`` first survivors."""
     boxes = _decode(g, _take(g, box_preds, anchor),
-                    g.op('Gather', [g.const(anchors), anchor], axis=0), stds, clip)
+                    g.op('Gather', [anchors, anchor], axis=0), stds, clip)
     kept_rank = _nms(g, scores, boxes, k, nms_thresh, score_thresh, class_id, num_classes)
     out_k = min(out_rows, k)
     kept, order = g.op('TopK', [kept_rank, g.ints(out_k)], 2, axis=1)
@@ -263,21 +264,24 @@ def _detections(g, scores, class_id, anchor, box_preds, anchors, stds, clip, k, 
 def add_retinanet_postprocess(g, cls_preds, box_preds, anchors, level_sizes, num_classes, stds,
                               clip, score_thresh, nms_thresh, level_topk, post_nms,
                               outputs=('ids', 'scores', 'boxes')):
-    """Append RetinaNet's inference (:class:`gluondet.nn.LevelTopKNMS`).
+    """Append RetinaNet's inference (:class:`gluondet.nn.LevelTopKNMS`), for any input size.
 
     Sigmoid scores; in each level the ``level_topk`` best (class, anchor) candidates
     scoring above ``score_thresh``; all of them by score (ties: level, then place, as the
-    Gluon block's table); NMS within each class; the first ``post_nms`` survivors.
+    Gluon block's table); NMS within each class; the first ``post_nms`` survivors. Each
+    level's size is read from its anchors; a level with fewer candidates than its top-k
+    cut is padded with candidates of score 0 (invalid, as the block's -1 rows), so that
+    every cut has a constant ``k`` (TensorRT's TopK needs one).
 
     Parameters
     ----------
     g : GraphBuilder
     cls_preds, box_preds : str
         ``B x A x C`` logits (no background) and ``B x A x 4`` offsets, levels concatenated.
-    anchors : numpy.ndarray
-        ``1 x A x 4`` center-format anchors (a constant).
+    anchors : list of str
+        Each level's ``1 x A_l x 4`` center-format anchors (``A`` is their sum).
     level_sizes : sequence of int
-        Anchors of each level, in order (they sum to ``A``).
+        Anchors of each level at the largest input (they bound each cut's ``k``).
     num_classes : int
     stds : 4 floats
     clip : float or None
@@ -294,65 +298,70 @@ def add_retinanet_postprocess(g, cls_preds, box_preds, anchors, level_sizes, num
     if not 0 < nms_thresh < 1 or level_topk <= 0:
         raise ValueError('ONNX export needs 0 < nms_thresh < 1 and nms_topk > 0 (set_nms), '
                          'got nms_thresh=%r nms_topk=%r' % (nms_thresh, level_topk))
-    anchors = np.asarray(anchors, np.float32).reshape(-1, 4)
     probs = _sigmoid(g, cls_preds)
     scores, classes, places = [], [], []
-    start = 0
-    for size in level_sizes:
-        level = g.op('Slice', [probs, g.ints(start), g.ints(start + size), g.ints(1)])
-        flat = g.op('Reshape', [g.op('Transpose', [level], perm=[0, 2, 1]), g.ints(0, -1)])
+    start = g.ints(0)
+    for level, largest in zip(anchors, level_sizes):
+        size = g.op('Slice', [g.op('Shape', [level]), g.ints(1), g.ints(2)])    # [A_l]
+        end = g.op('Add', [start, size])
+        flat = g.op('Slice', [probs, start, end, g.ints(1)])
+        flat = g.op('Reshape', [g.op('Transpose', [flat], perm=[0, 2, 1]), g.ints(0, -1)])
         flat = g.op('Where', [g.op('Greater', [flat, g.scalar(score_thresh)]), flat,
                               g.scalar(0)])                                  # class-major
-        best, index = g.op('TopK', [flat, g.ints(min(level_topk, num_classes * size))], 2,
-                           axis=1)
-        size_c = g.const(size, np.int64)
+        k = min(level_topk, num_classes * largest)
+        flat = g.op('Pad', [flat, g.ints(0, 0, 0, k), g.scalar(0)])
+        best, index = g.op('TopK', [flat, g.ints(k)], 2, axis=1)
         scores.append(best)
-        classes.append(g.op('Div', [index, size_c]))
-        places.append(g.op('Add', [g.op('Mod', [index, size_c]), g.const(start, np.int64)]))
-        start += size
+        classes.append(g.op('Div', [index, size]))     # a padding's is C or more: never kept
+        places.append(g.op('Add', [g.op('Mod', [index, size]), start]))
+        start = end
     k = sum(min(level_topk, num_classes * size) for size in level_sizes)
     scores, order = g.op('TopK', [g.op('Concat', scores, axis=1), g.ints(k)], 2, axis=1)
     class_id = g.op('GatherElements', [g.op('Concat', classes, axis=1), order], axis=1)
     anchor = g.op('GatherElements', [g.op('Concat', places, axis=1), order], axis=1)
     out_rows = post_nms if post_nms > 0 else len(level_sizes) * level_topk   # as the block's
-    _detections(g, scores, class_id, anchor, box_preds, anchors, stds, clip, k, nms_thresh,
+    all_anchors = g.op('Reshape', [g.op('Concat', anchors, axis=1), g.ints(-1, 4)])
+    _detections(g, scores, class_id, anchor, box_preds, all_anchors, stds, clip, k, nms_thresh,
                 score_thresh, num_classes, out_rows, outputs)
     return out_rows
 
 
 # ---------------------------------------------------------------- Faster R-CNN
 
-def add_rpn_proposals(g, scores, offsets, anchors, image_size, nms_thresh, pre_nms, post_nms,
-                      min_size, clip=None, output='proposals'):
+def add_rpn_proposals(g, scores, offsets, anchors, image, num_anchors, nms_thresh, pre_nms,
+                      post_nms, min_size, clip=None, output='proposals'):
     """Append :class:`gluondet.nn.RPNProposal` in inference: decode, clip, drop small, NMS.
 
     Offsets are decoded against the anchors (stds 1), clipped to the input ``[0, W] x [0,
-    H]``; boxes narrower or lower than ``min_size`` (``xmax - xmin + 1``) get score -1 and
-    box -1; the ``pre_nms`` best of all levels (scores ``sigmoid``, only those above 0
-    count) go through class-agnostic NMS and the first ``post_nms`` survivors are kept,
-    rows of -1 after them.
+    H]`` (read from the shape of ``image``); boxes narrower or lower than ``min_size``
+    (``xmax - xmin + 1``) get score -1 and box -1; the ``pre_nms`` best of all levels
+    (scores ``sigmoid``, only those above 0 count) go through class-agnostic NMS and the
+    first ``post_nms`` survivors are kept, rows of -1 after them. The candidates are
+    padded with rows of -1 (invalid, as the block's filler rows), so the top-k cut has a
+    constant ``k`` at any input size.
 
     Parameters
     ----------
     g : GraphBuilder
     scores, offsets : str
         ``B x A x 1`` objectness logits and ``B x A x 4`` offsets of all levels.
-    anchors : numpy.ndarray
-        ``1 x A x 4`` corner anchors (becomes a constant).
-    image_size : (int, int)
-        The input's ``(height, width)``.
+    anchors : str
+        ``1 x A x 4`` corner anchors.
+    image : str
+        The ``B x 3 x H x W`` input (only its shape is used).
+    num_anchors : int
+        ``A`` at the largest input (it bounds the cut's ``k``).
     nms_thresh, pre_nms, post_nms, min_size, clip
         As :class:`~gluondet.nn.RPNProposal` (inference counts; ``clip`` None or <= 0:
         no limit).
     output : str
         Name of the ``B x post_nms x 4`` proposals.
     """
-    anchors = np.asarray(anchors, np.float32).reshape(1, -1, 4)
-    height, width = image_size
-    k = min(pre_nms, anchors.shape[1])
-    boxes = _decode(g, offsets, g.const(anchors), (1.0,) * 4, clip, corner=True)
-    boxes = g.op('Min', [g.op('Max', [boxes, g.scalar(0)]),
-                         g.const([width, height, width, height], np.float32)])
+    k = min(pre_nms, num_anchors)
+    boxes = _decode(g, offsets, anchors, (1.0,) * 4, clip, corner=True)
+    limit = g.op('Cast', [g.op('Gather', [g.op('Shape', [image]), g.ints(3, 2, 3, 2)], axis=0)],
+                 to=TensorProto.FLOAT)                                       # W, H, W, H
+    boxes = g.op('Min', [g.op('Max', [boxes, g.scalar(0)]), limit])
     xmin, ymin, xmax, ymax = g.op('Split', [boxes, g.ints(1, 1, 1, 1)], 4, axis=2)
     limit, one = g.scalar(min_size), g.scalar(1)
     small = g.op('Or', [
@@ -361,6 +370,8 @@ def add_rpn_proposals(g, scores, offsets, anchors, image_size, nms_thresh, pre_n
     minus_one = g.scalar(-1)
     probs = g.op('Where', [small, minus_one, _sigmoid(g, scores)])
     boxes = g.op('Where', [small, minus_one, boxes])
+    padding = g.ints(0, 0, 0, 0, k, 0)
+    probs, boxes = (g.op('Pad', [value, padding, minus_one]) for value in (probs, boxes))
     top, index = g.op('TopK', [g.op('Squeeze', [probs, g.ints(2)]), g.ints(k)], 2, axis=1)
     boxes = _take(g, boxes, index)                                             # B x k x 4
     kept_rank = _nms(g, top, boxes, k, nms_thresh, 0.0)

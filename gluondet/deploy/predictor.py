@@ -10,11 +10,11 @@ batch it takes (``largest`` None: unbounded).
 :class:`~gluondet.deploy.tensorrt.TensorRTRunner` are runners. :class:`Predictor`
 does the rest, the same for every runner: the validation preprocessing the model's
 metadata records (:mod:`gluondet.data.preprocess`: a fixed size for SSD, each image
-resized keeping its aspect ratio for Faster R-CNN), batching (a keep-ratio image padded
-at the bottom and right to its size rounded up to the model's multiple, or to the fixed
-input of an exported model, images of one padded size run together; a batch smaller
-than the model takes filled with empty images), and boxes back in each image's
-original pixels.
+resized keeping its aspect ratio for Faster R-CNN and RetinaNet), batching (a keep-ratio
+image padded at the bottom and right to its size rounded up to the model's multiple, or
+to the fixed input of a model exported at one size, images of one padded size run
+together; a batch smaller than the model takes filled with empty images), and boxes back
+in each image's original pixels, clipped to it (:func:`clip_boxes`).
 
 Model sources (:meth:`Predictor.from_model`):
 
@@ -56,7 +56,8 @@ from .runners import MXNetRunner, ONNXRuntimeRunner, _symbol_prefix, _symbol_run
 from .tensorrt import TensorRTRunner
 
 __all__ = ['BACKENDS', 'Detections', 'Prediction', 'Predictions', 'Predictor', 'apply_nms',
-           'list_images', 'load_network', 'metadata_path', 'model_metadata', 'rescale_boxes']
+           'clip_boxes', 'list_images', 'load_network', 'metadata_path', 'model_metadata',
+           'rescale_boxes']
 
 logger = logging.getLogger('gluondet.deploy')
 
@@ -64,6 +65,7 @@ BACKENDS = ('mxnet', 'onnxruntime', 'tensorrt')
 DEFAULT_BATCH_SIZE = 8          # for runners that take any batch
 METADATA_FORMAT = 'gluondet-deploy'
 ENGINE_EXTENSIONS = ('.engine', '.plan', '.trt')
+NMS_SETTINGS = ('score_thresh', 'nms_thresh', 'nms_topk', 'post_nms', 'force_nms')
 
 Detections = collections.namedtuple('Detections', ['ids', 'scores', 'boxes'])
 Detections.__doc__ = """The detections of one image, best first, padding removed.
@@ -109,6 +111,31 @@ def rescale_boxes(boxes, sizes, input_sizes):
     ratio = np.asarray(sizes, np.float32) / np.asarray(input_sizes, np.float32)
     scale = np.stack([ratio[:, 1], ratio[:, 0]] * 2, axis=1)
     return np.asarray(boxes, np.float32) * scale[:, None, :]
+
+
+def clip_boxes(boxes, sizes):
+    """Boxes clipped to their images: ``[0, width - 1] x [0, height - 1]``.
+
+    gluondet's pixel convention is GluonCV's: a box covers the pixels ``xmin ... xmax``
+    inclusive, so an image's boxes end at ``width - 1`` at most, as the datasets clip the
+    boxes they read (COCO results then have ``x + w <= width``, KITTI lines stay in the
+    image). Every detector and backend's boxes go through here (:class:`Predictor`).
+
+    Parameters
+    ----------
+    boxes : numpy.ndarray
+        ``B x K x 4`` in original image pixels.
+    sizes : numpy.ndarray
+        ``B x 2`` original ``[height, width]``.
+
+    Returns
+    -------
+    numpy.ndarray
+        ``B x K x 4`` float32.
+    """
+    sizes = np.asarray(sizes, np.float32)
+    edges = np.stack([sizes[:, 1], sizes[:, 0]] * 2, axis=1)[:, None] - 1
+    return np.clip(np.asarray(boxes, np.float32), 0, edges)
 
 
 # ---------------------------------------------------------------- inputs
@@ -199,12 +226,13 @@ def model_metadata(net, network, data_shape, batch_size=None, preprocessing=None
 
     Parameters
     ----------
-    net : :class:`~gluondet.model_zoo.ssd.SSD` or :class:`~gluondet.model_zoo.faster_rcnn.FasterRCNN`
+    net : SSD, RetinaNet or FasterRCNN (:mod:`gluondet.model_zoo`)
     network : str
         The model zoo name.
     data_shape : int or (int, int)
         Input ``(height, width)`` of the export (a fixed-size ONNX model's or engine's
-        input; the size a symbol was traced at).
+        input, the largest input of one that takes any size, the size a symbol was traced
+        at).
     batch_size : int or None
         The fixed batch, None if the model takes several.
     preprocessing : dict, optional
@@ -217,17 +245,17 @@ def model_metadata(net, network, data_shape, batch_size=None, preprocessing=None
     -------
     dict
         JSON-ready: ``format``, ``network``, ``classes``, ``data_shape`` ``[height,
-        width]``, ``batch_size``, ``nms``, ``preprocessing``, ``mean``, ``std`` (also
+        width]``, ``batch_size``, ``nms`` (the network's settings of :data:`NMS_SETTINGS`),
+        ``preprocessing``, ``mean``, ``std`` (also
         inside ``preprocessing``; kept at the top for readers of older metadata), then
         ``extra``.
     """
-    nms = net.postprocess
+    post = net.postprocess
     shape = _pair(data_shape)
     preprocessing = preprocessing or preprocessing_of(net, shape)
+    nms = {key: getattr(post, key) for key in NMS_SETTINGS if hasattr(post, key)}
     return dict(format=METADATA_FORMAT, network=network, classes=list(net.classes),
-                data_shape=list(shape), batch_size=batch_size,
-                nms={'score_thresh': nms.score_thresh, 'nms_thresh': nms.nms_thresh,
-                     'nms_topk': nms.nms_topk, 'post_nms': nms.post_nms},
+                data_shape=list(shape), batch_size=batch_size, nms=nms,
                 preprocessing=preprocessing, mean=preprocessing['mean'],
                 std=preprocessing['std'], **extra)
 
@@ -291,9 +319,9 @@ def load_network(model, params=None, pretrained=False, classes=None, data_shape=
         checked against the network's.
     data_shape : int or (int, int), optional
         Input ``(height, width)``. SSD: the size images are resized to, default the
-        training's, else the zoo's. Faster R-CNN (each image keeps its aspect ratio):
-        the input of an export, default ``short x max_size`` rounded up to the
-        network's multiple (every landscape image fits).
+        training's, else the zoo's. Faster R-CNN and RetinaNet (each image keeps its
+        aspect ratio): the input of an export at one size, default ``short x max_size``
+        rounded up to the network's multiple (every landscape image fits).
     ctx : Context, optional
         Default: the CPU.
 
@@ -526,8 +554,9 @@ class Predictor:
         Images are run padded to their own input size (:func:`~gluondet.data.preprocess.
         padded_shape`), those of one size together: padding changes a network's features
         (all of them, through an FPN's top-down path), so an image's detections must not
-        depend on the other images of its batch. Keep-ratio boxes are clipped to their
-        image (the network clips them to its input, padding included).
+        depend on the other images of its batch. Boxes are clipped to their image
+        (:func:`clip_boxes`; a network's own clipping, if any, is to its input, padding
+        included).
 
         Parameters
         ----------
@@ -557,11 +586,9 @@ class Predictor:
         for i, (data, _, _) in enumerate(samples):
             batch[i, :, :data.shape[1], :data.shape[2]] = data
         ids, scores, boxes = (np.asarray(o)[:count] for o in self.runner(batch))
-        sizes = np.array([s[0].shape[1:] for s in samples], np.float32)
-        if self.preprocessing['resize'] == 'keep_ratio':    # the net clips to its padded input;
-            edges = np.stack([sizes[:, 1], sizes[:, 0]] * 2, axis=1)[:, None]  # padding is no image
-            boxes = np.clip(boxes, 0, edges)
-        boxes = rescale_boxes(boxes, np.stack([s[2] for s in samples]), sizes)
+        originals = np.stack([s[2] for s in samples])
+        boxes = clip_boxes(rescale_boxes(boxes, originals, [s[0].shape[1:] for s in samples]),
+                           originals)
         detections = []
         for i in range(count):
             keep = ids[i, :, 0] >= 0
@@ -588,9 +615,9 @@ class Predictor:
         data_shape : int or (int, int), optional
             Input ``(height, width)`` of a fixed-size model (SSD); needed where the
             source does not record it. A Gluon network or symbol can run at another
-            size; an ONNX model or engine cannot. A keep-ratio model (Faster R-CNN)
-            takes each image at its own size and refuses it, unless it equals the
-            fixed input of an ONNX model or engine.
+            size; an ONNX model or engine cannot. A keep-ratio model (Faster R-CNN,
+            RetinaNet) takes each image at its own size and refuses it, unless it equals
+            the fixed input of an ONNX model or engine exported at one size.
         classes : sequence of str, optional
             Needed where the source does not record them; else checked.
         ctx : Context, optional

@@ -1,4 +1,6 @@
 """MXNet symbol export of a detector, and the network parts that ONNX export converts."""
+import contextlib
+
 import mxnet as mx
 import numpy as np
 from mxnet import autograd, gluon
@@ -67,7 +69,55 @@ def export_symbol(net, prefix, data_shape, batch_size=1):
     return prefix + '-symbol.json', prefix + '-0000.params'
 
 
-def ssd_body(net, data_shape):
+def _map_shapes(net, data_shape):
+    """Shapes of the network's feature maps (one per anchor generator) at ``data_shape``."""
+    _, shapes, _ = mx.sym.Group(net.features(mx.sym.var('data', dtype='float32'))).infer_shape(
+        data=input_shape(data_shape))
+    return [tuple(shape) for shape in shapes]
+
+
+def _map_anchors(net, map_shapes):
+    """Each anchor generator's output (numpy) on a map of its shape."""
+    ctx = _context(net)
+    return [generate(mx.nd.zeros(shape, ctx=ctx)).asnumpy()
+            for shape, generate in zip(map_shapes, net.anchor_generators)]
+
+
+def _params(net, symbols, data_shape, map_shapes=None):
+    """The arguments and auxiliary states of ``symbols`` other than their inputs (a forward
+    at ``data_shape`` first if the network was initialized but never run); with
+    ``map_shapes``, each anchor generator's constant cropped to its map at that size (the
+    graph crops it to the map of its input, as the generator does: inputs larger than
+    ``data_shape`` have no anchors)."""
+    names = set()
+    for symbol in symbols:
+        names |= set(symbol.list_arguments()) | set(symbol.list_auxiliary_states())
+    try:
+        params = {p.name: p.data() for p in net.collect_params().values() if p.name in names}
+    except DeferredInitializationError:     # a forward sets the deferred shapes
+        with autograd.predict_mode():
+            net(mx.nd.zeros(input_shape(data_shape), ctx=_context(net)))
+        params = {p.name: p.data() for p in net.collect_params().values() if p.name in names}
+    for generate, shape in zip(net.anchor_generators, map_shapes or ()):
+        anchors = generate.anchors.data()
+        params[generate.anchors.name] = anchors[:, :, :shape[2], :shape[3]].copy()
+    return params
+
+
+@contextlib.contextmanager
+def _anchor_symbols(net):
+    """A list filled with each anchor generator's output while symbols are traced."""
+    found = []
+    hooks = [generate.register_forward_hook(lambda block, inputs, output: found.append(output))
+             for generate in net.anchor_generators]
+    try:
+        yield found
+    finally:
+        for hook in hooks:
+            hook.detach()
+
+
+def ssd_body(net, data_shape, anchor_outputs=False):
     """A single-stage detector (SSD, RetinaNet) up to its post-processing: the symbol of its
     training-mode outputs.
 
@@ -76,39 +126,40 @@ def ssd_body(net, data_shape):
     net : :class:`gluondet.model_zoo.single_stage.SingleStageDetector`
         Initialized.
     data_shape : int or (int, int)
-        The input height and width the anchors are computed for.
+        The input height and width the anchors are computed for (with
+        ``anchor_outputs``, the largest input the symbol takes).
+    anchor_outputs : bool
+        Also output each map's anchors, ``anchors0``, ``anchors1``, ... ``1 x A_l x 4``
+        (center format), cropped in the graph to the map, as the network crops them: the
+        symbol then takes any input size up to ``data_shape``.
 
     Returns
     -------
     symbol : Symbol
         Input ``data``, outputs ``cls_preds`` ``B x A x (C + 1)`` (logits, background
         first; RetinaNet ``B x A x C``) and ``box_preds`` ``B x A x 4`` (encoded
-        offsets), as in training.
+        offsets), as in training (then the anchors, if asked).
     params : dict of str to NDArray
         The arguments and auxiliary states of ``symbol`` other than ``data``.
     anchors : numpy.ndarray
-        ``1 x A x 4`` anchors in center format, constant for this input size.
+        ``1 x A x 4`` anchors in center format at ``data_shape``.
     level_sizes : list of int
-        Anchors of each feature map, in order.
+        Anchors of each feature map at ``data_shape``, in order.
     """
     data = mx.sym.var('data', dtype='float32')
     # Tracing with symbols runs nothing, so the training-mode branch leaves the
     # BatchNorm statistics alone.
-    with autograd.train_mode():
-        cls_preds, box_preds, anchors = net(data)
+    with autograd.train_mode(), _anchor_symbols(net) as level_anchors:
+        cls_preds, box_preds, _ = net(data)
     outputs = [mx.sym.identity(cls_preds, name='cls_preds'),
                mx.sym.identity(box_preds, name='box_preds')]
-    block = gluon.SymbolBlock(outputs + [anchors], data, params=net.collect_params())
-    with autograd.predict_mode():
-        anchors = block(mx.nd.zeros(input_shape(data_shape), ctx=_context(net)))[2]
+    if anchor_outputs:
+        outputs += [mx.sym.identity(a, name='anchors%d' % i) for i, a in enumerate(level_anchors)]
     symbol = mx.sym.Group(outputs)
-    names = set(symbol.list_arguments()) | set(symbol.list_auxiliary_states())
-    params = {p.name: p.data() for p in net.collect_params().values() if p.name in names}
-    _, map_shapes, _ = mx.sym.Group(net.features(data)).infer_shape(
-        data=input_shape(data_shape))
-    level_sizes = [shape[2] * shape[3] * generator.num_anchors
-                   for shape, generator in zip(map_shapes, net.anchor_generators)]
-    return symbol, params, anchors.asnumpy(), level_sizes
+    map_shapes = _map_shapes(net, data_shape)
+    anchors = _map_anchors(net, map_shapes)
+    params = _params(net, [symbol], data_shape, map_shapes if anchor_outputs else None)
+    return symbol, params, np.concatenate(anchors, axis=1), [a.shape[1] for a in anchors]
 
 
 class RCNNBody:
@@ -118,22 +169,23 @@ class RCNNBody:
     ----------
     rpn : Symbol
         Input ``data`` ``B x 3 x H x W``; outputs ``rpn_scores`` ``B x A x 1`` (objectness
-        logits of all levels), ``rpn_offsets`` ``B x A x 4`` and the maps ROI Align pools
-        from, ``roi_map0`` ... (C4: one; FPN: P2-P5).
+        logits of all levels), ``rpn_offsets`` ``B x A x 4``, ``anchors`` ``1 x A x 4``
+        (corner; the generators' constants cropped to the maps, as in the network) and the
+        maps ROI Align pools from, ``roi_map0`` ... (C4: one; FPN: P2-P5).
     head : Symbol
         Input ``pooled`` ``R x C x h x w`` (the ROI Align output); outputs ``cls_preds``
         ``R x (classes + 1)`` logits and ``box_preds`` ``R x (4 * classes)`` offsets.
     params : dict of str to NDArray
         The arguments and auxiliary states of both, other than the inputs.
-    anchors : numpy.ndarray
-        ``1 x A x 4`` corner anchors of all levels, constant for this input size.
+    num_anchors : int
+        ``A`` at the ``data_shape`` of :func:`rcnn_body`, the largest input.
     map_shapes : list of tuple
         Shape of each ROI map at batch 1.
     """
 
-    def __init__(self, rpn, head, params, anchors, map_shapes):
+    def __init__(self, rpn, head, params, num_anchors, map_shapes):
         self.rpn, self.head, self.params = rpn, head, params
-        self.anchors, self.map_shapes = anchors, map_shapes
+        self.num_anchors, self.map_shapes = num_anchors, map_shapes
 
 
 def rcnn_body(net, data_shape):
@@ -147,7 +199,7 @@ def rcnn_body(net, data_shape):
     net : :class:`~gluondet.model_zoo.faster_rcnn.FasterRCNN`
         Initialized.
     data_shape : int or (int, int)
-        The input height and width the anchors are computed for.
+        The largest input height and width the parts take (the anchors go that far).
 
     Returns
     -------
@@ -158,26 +210,18 @@ def rcnn_body(net, data_shape):
     with autograd.predict_mode():
         maps = net.features(data)
         heads = [net.rpn_head(feature) for feature in maps]
+        anchors = [generate(feature) for feature, generate in zip(maps, net.anchor_generators)]
         box_feat = net.box_head(mx.sym, pooled)
         cls_preds, box_preds = net.class_predictor(box_feat), net.box_predictor(box_feat)
     rpn = mx.sym.Group(
         [mx.sym.identity(mx.sym.concat(*[s for s, _ in heads], dim=1), name='rpn_scores'),
-         mx.sym.identity(mx.sym.concat(*[o for _, o in heads], dim=1), name='rpn_offsets')]
+         mx.sym.identity(mx.sym.concat(*[o for _, o in heads], dim=1), name='rpn_offsets'),
+         mx.sym.identity(mx.sym.concat(*anchors, dim=1), name='anchors')]
         + [mx.sym.identity(m, name='roi_map%d' % i) for i, m in enumerate(maps[:num_maps])])
     head = mx.sym.Group([mx.sym.identity(cls_preds, name='cls_preds'),
                          mx.sym.identity(box_preds, name='box_preds')])
-    _, map_shapes, _ = mx.sym.Group(maps).infer_shape(data=input_shape(data_shape))
-    ctx = _context(net)
-    anchors = [generate(mx.nd.zeros(shape, ctx=ctx)).asnumpy()
-               for shape, generate in zip(map_shapes, net.anchor_generators)]
-    names = set()
-    for symbol in (rpn, head):
-        names |= set(symbol.list_arguments()) | set(symbol.list_auxiliary_states())
-    try:
-        params = {p.name: p.data() for p in net.collect_params().values() if p.name in names}
-    except DeferredInitializationError:     # initialized, never run: a forward sets the shapes
-        with autograd.predict_mode():
-            net(mx.nd.zeros(input_shape(data_shape), ctx=ctx))
-        params = {p.name: p.data() for p in net.collect_params().values() if p.name in names}
-    return RCNNBody(rpn, head, params, np.concatenate(anchors, axis=1),
-                    [tuple(shape) for shape in map_shapes[:num_maps]])
+    map_shapes = _map_shapes(net, data_shape)
+    params = _params(net, [rpn, head], data_shape, map_shapes)
+    num_anchors = sum(shape[2] * shape[3] * generate.num_anchors
+                      for shape, generate in zip(map_shapes, net.anchor_generators))
+    return RCNNBody(rpn, head, params, num_anchors, map_shapes[:num_maps])

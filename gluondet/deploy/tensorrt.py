@@ -17,19 +17,21 @@ int8 engines are calibrated with :class:`~gluondet.deploy.calibration.Calibratio
 device buffer used here).
 """
 import collections
+import json
 import logging
 import os
 import time
 
 import numpy as np
 
+from ..data.preprocess import input_range, preprocessing_from_metadata
 from ..files import atomic_write
 from ..optional import require
 from .calibration import (CalibrationBatches, _cuda, _DeviceBuffer, _import_cudart,
                           _import_tensorrt, _positive_int, make_calibrator)
 
 __all__ = ['PRECISIONS', 'OUTPUT_NAMES', 'TOPK_LIMIT', 'TensorRTRunner', 'build_engine',
-           'check_tensorrt_limits', 'read_onnx_input']
+           'check_tensorrt_limits', 'input_sizes', 'read_onnx_input']
 
 logger = logging.getLogger('gluondet.deploy')
 
@@ -106,13 +108,13 @@ def read_onnx_input(onnx_path, model=None):
     Returns
     -------
     OnnxInput
-        ``shape`` has -1 for a dynamic batch.
+        ``shape`` has -1 for a dynamic batch, height or width.
 
     Raises
     ------
     ValueError
         If the file is not an ONNX model, has several inputs, or an input
-        that is not NCHW with fixed channels, height and width.
+        that is not NCHW with fixed channels.
     """
     model = model if model is not None else _load_onnx(onnx_path)
     weights = {init.name for init in model.graph.initializer}
@@ -122,8 +124,8 @@ def read_onnx_input(onnx_path, model=None):
                          % (onnx_path, len(inputs), [i.name for i in inputs]))
     dims = inputs[0].type.tensor_type.shape.dim
     shape = tuple(d.dim_value if d.HasField('dim_value') else -1 for d in dims)
-    if len(shape) != 4 or min(shape[1:]) < 1:
-        raise ValueError('%s: input %r has shape %s; expected N x C x H x W with fixed C, H, W'
+    if len(shape) != 4 or shape[1] < 1:
+        raise ValueError('%s: input %r has shape %s; expected N x C x H x W with fixed C'
                          % (onnx_path, inputs[0].name, shape))
     nodes = [(node.name, node.op_type) for node in model.graph.node]
     return OnnxInput(inputs[0].name, shape, nodes)
@@ -170,45 +172,83 @@ def check_tensorrt_limits(onnx_path, model=None):
                                                                 '\n'.join(over)))
 
 
-def _batch_plan(spec, dynamic_batch, max_batch_size, opt_batch_size, calibrator):
+def input_sizes(onnx_path, model, spec):
+    """``(smallest, typical, largest)`` ``(height, width)`` of a model whose height and width
+    are dynamic (the optimization profile's min, opt and max), read from the preprocessing
+    its metadata records (:func:`~gluondet.data.preprocess.input_range`); None if they are
+    fixed.
+
+    Raises
+    ------
+    ValueError
+        For a dynamic size without gluondet's keep-ratio preprocessing in the metadata.
+    """
+    if min(spec.shape[2:]) > 0:
+        return None
+    try:
+        meta = {prop.key: json.loads(prop.value) for prop in model.metadata_props}
+        preprocessing = preprocessing_from_metadata(meta, onnx_path)
+        return input_range(preprocessing)
+    except (ValueError, TypeError, KeyError) as err:
+        raise ValueError('%s takes inputs of any height and width; a TensorRT engine needs '
+                         'their range, from the keep-ratio preprocessing (short, max_size, '
+                         "multiple) of gluondet's metadata: %s" % (onnx_path, err)) from None
+
+
+def _batch_plan(spec, dynamic_batch, max_batch_size, opt_batch_size, calibrator, sizes=None):
     """The optimization profile and calibration shape for the engine.
+
+    ``sizes``: :func:`input_sizes` of a model with a dynamic height and width.
 
     Returns
     -------
     profile : ((min, opt, max) shapes) or None
-        None for a model with a fixed batch (it needs no profile).
+        None for a model with a fixed input shape (it needs no profile).
     calibration_shape : tuple or None
-        Input shape of the calibration profile (for a dynamic-batch model).
+        Input shape of the calibration profile (for a model with a profile).
     """
     n, c, h, w = spec.shape
+    sizes = sizes or ((h, w),) * 3
     if dynamic_batch:
         if n != -1:
             raise ValueError('the ONNX input %r has a fixed batch of %d: export it with '
                              'dynamic_batch=True to build a dynamic-batch engine' % (spec.name, n))
-        opt = opt_batch_size or max_batch_size
-        profile = ((1, c, h, w), (opt, c, h, w), (max_batch_size, c, h, w))
+        batches = (1, opt_batch_size or max_batch_size, max_batch_size)
     elif n == -1:
-        profile = ((max_batch_size, c, h, w),) * 3
+        batches = (max_batch_size,) * 3
     elif max_batch_size != n:
         raise ValueError('the ONNX input %r has a fixed batch of %d but max_batch_size is %d: '
                          'pass max_batch_size=%d, or export with dynamic_batch=True'
                          % (spec.name, n, max_batch_size, n))
     else:
-        profile = None
+        batches = (n,) * 3
+    profile = None
+    if min(spec.shape) < 1:
+        profile = tuple((batch, c) + tuple(size) for batch, size in zip(batches, sizes))
     if calibrator is None:
         return profile, None
-    if calibrator.shape is not None and calibrator.shape[1:] != (c, h, w):
+    if calibrator.shape is not None and not _fits(calibrator.shape[1:], (c,) + sizes[0],
+                                                  (c,) + sizes[2]):
+        low, high = _dims((c,) + sizes[0]), _dims((c,) + sizes[2])
         raise ValueError('calibration batches are N x %s but the model input is N x %s: give '
                          'CalibrationBatches data_shape=(%d, %d)'
-                         % (_dims(calibrator.shape[1:]), _dims((c, h, w)), w, h))
+                         % (_dims(calibrator.shape[1:]), low if low == high else
+                            'from %s to %s' % (low, high), sizes[1][1], sizes[1][0]))
     if n != -1 and calibrator.batch_size != n:
         raise ValueError('the model has a fixed batch of %d: calibrate with batch_size=%d, not %d'
                          % (n, n, calibrator.batch_size))
-    return profile, (None if n != -1 else (calibrator.batch_size, c, h, w))
+    if profile is None:
+        return None, None
+    size = calibrator.shape[2:] if calibrator.shape is not None else sizes[1]
+    return profile, (calibrator.batch_size, c) + tuple(size)
+
+
+def _fits(shape, low, high):
+    return len(shape) == len(low) and all(a <= v <= b for v, a, b in zip(shape, low, high))
 
 
 def _dims(shape):
-    return 'x'.join(map(str, shape))
+    return 'x'.join(str(d) if d >= 0 else '?' for d in shape)
 
 
 def _check_platform(trt, builder, precision):
@@ -244,7 +284,10 @@ def build_engine(onnx_path, engine_path, precision='fp32', max_batch_size=1, dyn
     Parameters
     ----------
     onnx_path : str
-        The model, one NCHW float input (``gluondet.deploy.onnx.export_onnx``).
+        The model, one NCHW float input (``gluondet.deploy.onnx.export_onnx``). With a
+        dynamic height and width (a keep-ratio detector), the optimization profile takes
+        every input its preprocessing gives (:func:`input_sizes`: from one multiple to
+        ``max_size`` on each side, tuned for ``short x max_size``).
     engine_path : str
         Where the serialized engine goes (written to a temporary file, then
         renamed). An engine runs only with the TensorRT version and GPU model
@@ -262,7 +305,8 @@ def build_engine(onnx_path, engine_path, precision='fp32', max_batch_size=1, dyn
     calibrator : CalibrationBatches, optional
         Required for int8 (images, or an existing cache). On a dynamic-batch
         model it calibrates with its own ``batch_size``; on a fixed-batch one
-        that must equal the model's batch.
+        that must equal the model's batch. Its input size must be the model's, or
+        within a dynamic model's range.
     workspace_mb : int, optional
         Limit of TensorRT's scratch memory (default: TensorRT's, the whole GPU).
     opt_batch_size : int, optional
@@ -290,9 +334,10 @@ def build_engine(onnx_path, engine_path, precision='fp32', max_batch_size=1, dyn
     model = _load_onnx(onnx_path)
     spec = read_onnx_input(onnx_path, model)
     check_tensorrt_limits(onnx_path, model)
+    sizes = input_sizes(onnx_path, model, spec)
     del model
     profile, calibration_shape = _batch_plan(spec, dynamic_batch, max_batch_size, opt_batch_size,
-                                             calibrator)
+                                             calibrator, sizes)
     trt = _import_tensorrt()
     trt_logger = trt.Logger(trt.Logger.WARNING)
     builder = trt.Builder(trt_logger)
@@ -345,15 +390,17 @@ def build_engine(onnx_path, engine_path, precision='fp32', max_batch_size=1, dyn
 
 # ---------------------------------------------------------------- running
 
-def _check_batch(shape, input_shape, batch_range):
-    """Raise ValueError unless a batch of ``shape`` fits the engine input."""
-    lo, hi = batch_range
-    if len(shape) != 1 + len(input_shape) or tuple(shape[1:]) != tuple(input_shape):
+def _check_batch(shape, low, high):
+    """Raise ValueError unless a batch of ``shape`` fits the engine input, whose shapes run
+    from ``low`` to ``high`` (equal where the engine's input is fixed)."""
+    if len(shape) != len(low) or not _fits(shape[1:], low[1:], high[1:]):
+        size = _dims(low[1:]) if low[1:] == high[1:] else 'from %s to %s (its optimization ' \
+            'profile)' % (_dims(low[1:]), _dims(high[1:]))
         raise ValueError('batch of shape %s does not fit the engine input N x %s'
-                         % (tuple(shape), _dims(input_shape)))
-    if not lo <= shape[0] <= hi:
-        allowed = ('exactly %d (fixed shape)' % lo if lo == hi
-                   else '%d to %d (its optimization profile)' % (lo, hi))
+                         % (tuple(shape), size))
+    if not low[0] <= shape[0] <= high[0]:
+        allowed = ('exactly %d (fixed shape)' % low[0] if low[0] == high[0]
+                   else '%d to %d (its optimization profile)' % (low[0], high[0]))
         raise ValueError('this engine takes batches of %s, got %d' % (allowed, shape[0]))
 
 
@@ -372,9 +419,12 @@ class TensorRTRunner:
     ----------
     input_name : str
     input_shape : tuple of int
-        ``C, H, W``.
+        ``C, H, W``, -1 where dynamic.
     batch_range : (int, int)
         Smallest and largest batch the engine takes.
+    shape_range : (tuple, tuple)
+        Smallest and largest ``N x C x H x W`` input (its optimization profile, or its
+        fixed shape twice).
     """
 
     def __init__(self, engine_path):
@@ -398,15 +448,16 @@ class TensorRTRunner:
         self.input_name = inputs[0]
         shape = tuple(engine.get_tensor_shape(self.input_name))
         self.input_shape = shape[1:]
-        self._dynamic = shape[0] == -1
+        self._dynamic = min(shape) < 0
         if self._dynamic:
             low, _, high = engine.get_tensor_profile_shape(self.input_name, 0)
-            self.batch_range = (low[0], high[0])
+            self.shape_range = (tuple(low), tuple(high))
         else:
-            self.batch_range = (shape[0], shape[0])
+            self.shape_range = (shape, shape)
+        self.batch_range = (self.shape_range[0][0], self.shape_range[1][0])
         self.context = engine.create_execution_context()
-        if self._dynamic:   # output shapes follow; buffers are sized for the largest batch
-            self.context.set_input_shape(self.input_name, (high[0],) + self.input_shape)
+        if self._dynamic:   # output shapes follow; buffers are sized for the largest input
+            self.context.set_input_shape(self.input_name, self.shape_range[1])
         self._stream = _cuda(rt, rt.cudaStreamCreate())
         self._dtypes, self._buffers = {}, {}
         for name in names:
@@ -418,7 +469,7 @@ class TensorRTRunner:
     def __call__(self, batch):
         """Run a ``N x C x H x W`` batch; returns numpy ``(ids, scores, boxes)``."""
         batch = np.ascontiguousarray(batch, dtype=self._dtypes[self.input_name])
-        _check_batch(batch.shape, self.input_shape, self.batch_range)
+        _check_batch(batch.shape, *self.shape_range)
         if self._dynamic:
             self.context.set_input_shape(self.input_name, batch.shape)
         self._buffers[self.input_name].upload(batch, self._stream)
