@@ -61,3 +61,19 @@ def checked_detector(path, batch, size, rows):
     assert [(o.name, dims(o)) for o in model.graph.output] == [
         ('ids', [batch, rows, 1]), ('scores', [batch, rows, 1]), ('boxes', [batch, rows, 4])]
     return model, {p.key: json.loads(p.value) for p in model.metadata_props}
+
+
+def save_training_output(net, path, network, model_kwargs=None):
+    """Save ``net``'s weights to ``path`` (a ``.params`` file) with the json a training writes
+    beside them (network, classes, a keep-ratio network's sizes, the architecture's
+    arguments), so that ``gluondet export``, ``infer`` and ``evaluate`` load it as they load
+    a training's output."""
+    net.save_parameters(path)
+    meta = {'network': network, 'classes': list(net.classes),
+            'model_kwargs': dict(model_kwargs or {})}
+    for key in ('short', 'max_size'):
+        if getattr(net, key, None) is not None:
+            meta[key] = getattr(net, key)
+    with open(path[:-len('.params')] + '.json', 'w') as f:
+        json.dump({'meta': meta}, f)
+    return path

@@ -377,6 +377,52 @@ def test_tensorrt_export_checks_pass_up_to_the_build(saved_detector, tmp_path, n
         gt.build_engine(export_onnx_file(tmp_path / 'fixed.onnx'), engine, max_batch_size=8)
 
 
+def test_tensorrt_plan_of_an_export_of_any_size(saved_detector, tmp_path, no_tensorrt, capsys):
+    """The default export takes any height and width: the engine's optimization profile runs
+    from one multiple (32) to max_size (1000, rounded up to 1024) on each side, tuned for
+    short x max_size (608 x 1024); calibration batches must fit it; DeepStream builds for
+    608 x 1024."""
+    from gluondet.cli import main
+    from gluondet.deploy import tensorrt as gt
+    from gluondet.deploy.calibration import CalibrationBatches
+    params, _, _ = saved_detector
+    engine = str(tmp_path / 'rcnn.engine')
+    assert main(['export', '--network', FAST_NAME, '--params', params, '--classes', 'a,b,c',
+                 '--format', 'tensorrt', '-o', engine, '--dynamic-batch', '--batch-size', '4',
+                 '--gen-ds-config']) == 1
+    onnx_path = str(tmp_path / 'rcnn.onnx')
+    assert 'the ONNX model is written to %s' % onnx_path in capsys.readouterr().err
+    model = onnx.load(onnx_path)
+    spec = gt.read_onnx_input(onnx_path, model)
+    assert spec.shape == (-1, 3, -1, -1)
+    sizes = gt.input_sizes(onnx_path, model, spec)
+    assert sizes == ((32, 32), (608, 1024), (1024, 1024))
+    assert gt._batch_plan(spec, True, 4, 2, None, sizes) == (
+        ((1, 3, 32, 32), (2, 3, 608, 1024), (4, 3, 1024, 1024)), None)
+    cache = tmp_path / 'calibration.cache'
+    cache.write_bytes(b'scales')
+    assert gt._batch_plan(spec, True, 4, None, CalibrationBatches(cache_path=str(cache)),
+                          sizes)[1] == (8, 3, 608, 1024)
+    folder = tmp_path / 'calibration'
+    folder.mkdir()
+    cv2.imwrite(str(folder / 'a.png'), np.zeros((300, 400, 3), np.uint8))
+    portrait = CalibrationBatches(str(folder), (512, 768), batch_size=1)
+    assert gt._batch_plan(spec, True, 4, None, portrait, sizes)[1] == (1, 3, 768, 512)
+    too_big = CalibrationBatches(str(folder), (1024, 1280), batch_size=1)
+    with pytest.raises(ValueError, match='calibration batches are N x 3x1280x1024 but the model '
+                                         'input is N x from 3x32x32 to 3x1024x1024'):
+        gt._batch_plan(spec, True, 4, None, too_big, sizes)
+    with pytest.raises(ImportError, match='NVIDIA GPU'):     # every check before it passed
+        gt.build_engine(onnx_path, engine, max_batch_size=4, dynamic_batch=True)
+    with open(str(tmp_path / 'nvinfer_config.txt')) as f:
+        assert 'infer-dims=3;608;1024\n' in f.read()
+    assert gt.input_sizes(onnx_path, model, spec._replace(shape=(-1, 3, 128, 160))) is None
+    del model.metadata_props[:]
+    with pytest.raises(ValueError, match='takes inputs of any height and width; a TensorRT '
+                                         'engine needs their range'):
+        gt.input_sizes(onnx_path, model, spec)
+
+
 def export_onnx_file(path, **kwargs):
     net = get_model(FAST_NAME, classes=['a'], pretrained_base=False, **kwargs)
     net.initialize()

@@ -9,7 +9,6 @@ builds and runs an engine needs tensorrt and a GPU and is skipped here.
 import ctypes
 import os
 import sys
-import types
 from types import SimpleNamespace
 
 import cv2
@@ -20,6 +19,8 @@ from gluondet.data.base import read_image
 from gluondet.deploy import calibration as cal
 from gluondet.deploy import tensorrt as gt
 from gluondet.tasks.ssd import SSDValTransform
+
+import tensorrt_stand_in
 
 WIDTH, HEIGHT = 48, 32   # not square, so a swapped width/height shows
 
@@ -203,45 +204,9 @@ def test_cache_write_is_atomic(tmp_path, monkeypatch):
 
 # ---------------------------------------------------------------- calibrator (stand-in tensorrt)
 
-class _FakeCudart(types.ModuleType):
-    """The few cuda-python runtime calls the calibrator makes, on host memory."""
-
-    def __init__(self):
-        super().__init__('cudart')
-        self.cudaError_t = SimpleNamespace(cudaSuccess=0)
-        self.cudaMemcpyKind = SimpleNamespace(cudaMemcpyHostToDevice=1, cudaMemcpyDeviceToHost=2)
-        self.memory, self.freed = {}, []
-
-    def cudaMalloc(self, nbytes):
-        buf = ctypes.create_string_buffer(nbytes)
-        self.memory[ctypes.addressof(buf)] = buf
-        return 0, ctypes.addressof(buf)
-
-    def cudaMemcpyAsync(self, dst, src, nbytes, kind, stream):
-        ctypes.memmove(dst, src, nbytes)
-        return (0,)
-
-    def cudaDeviceSynchronize(self):
-        return (0,)
-
-    def cudaFree(self, ptr):
-        self.freed.append(ptr)
-        return (0,)
-
-
 @pytest.fixture
 def fake_gpu(monkeypatch):
-    trt = types.ModuleType('tensorrt')
-    trt.__version__ = '10.3.0'
-
-    class IInt8EntropyCalibrator2:
-        def __init__(self):
-            self.base_initialized = True
-    trt.IInt8EntropyCalibrator2 = IInt8EntropyCalibrator2
-    cudart = _FakeCudart()
-    monkeypatch.setitem(sys.modules, 'tensorrt', trt)
-    monkeypatch.setattr(cal, '_import_cudart', lambda: cudart)
-    return cudart
+    return tensorrt_stand_in.install(monkeypatch)
 
 
 def test_calibrator_feeds_batches_to_the_device_then_stops(images, tmp_path, fake_gpu):
