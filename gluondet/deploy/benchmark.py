@@ -18,8 +18,9 @@ Models are what ``gluondet infer --model`` takes. A zoo name without ``params`` 
 (:func:`~gluondet.deploy.compare.detecting_random_weights`), so that NMS has the work of a
 trained model (plain random weights give a handful of boxes). A Gluon network (zoo name
 or training output) benchmarked with ``onnxruntime`` or ``tensorrt`` is first exported
-to a temporary folder, as ``gluondet export --dynamic-batch`` would (for TensorRT an fp32
-engine up to the largest batch asked for).
+to a temporary folder, as ``gluondet export --dynamic-batch`` would (a keep-ratio
+network's height and width dynamic too, as by default; for TensorRT an fp32 engine up to
+the largest batch asked for).
 """
 import datetime
 import importlib.metadata
@@ -158,7 +159,8 @@ def load(model, backend=None, params=None, pretrained=False, data_shape=None, cl
                  batch_size=None if fmt == 'onnx' else max_batch_size, dynamic_batch=True,
                  verbose=False)
     predictor = Predictor.from_model(output, backend, threads=threads)
-    return predictor, {'weights': weights, 'exported': fmt + ' (dynamic batch)'}
+    dynamic = 'dynamic batch' + (', height and width' if predictor.data_shape is None else '')
+    return predictor, {'weights': weights, 'exported': '%s (%s)' % (fmt, dynamic)}
 
 
 # ---------------------------------------------------------------- timing

@@ -3,7 +3,7 @@ import contextlib
 
 import mxnet as mx
 import numpy as np
-from mxnet import autograd, gluon
+from mxnet import autograd
 from mxnet.gluon.parameter import DeferredInitializationError
 
 __all__ = ['check_float32_process', 'export_symbol', 'ssd_body', 'rcnn_body', 'RCNNBody', 'input_shape']
