@@ -226,9 +226,12 @@ def test_onnx_names_the_operator_it_cannot_convert(tmp_path):
         export_onnx(net, str(tmp_path / 'tiny.onnx'), 64)
 
 
-def test_onnx_refuses_other_opsets(tmp_path):
+def test_onnx_refuses_other_opsets_and_an_ssd_of_any_size(tmp_path):
     with pytest.raises(ValueError, match='only opset 13'):
         export_onnx(_tiny_ssd(lambda F, x: x), str(tmp_path / 'tiny.onnx'), 64, opset=17)
+    with pytest.raises(ValueError, match='SSD takes one input size .*: no dynamic_size'):
+        export_onnx(_tiny_ssd(lambda F, x: x), str(tmp_path / 'tiny.onnx'), 64,
+                    dynamic_size=True)
 
 
 # ---------------------------------------------------------------------------- compare
