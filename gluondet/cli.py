@@ -8,6 +8,8 @@ heavy imports happen inside ``run`` so ``gluondet --help`` stays fast. ``export`
 import argparse
 import sys
 
+from .errors import UserError, add_debug_flag, run_main
+
 
 def _demo_arguments(parser):
     parser.add_argument('--output', default='demo_out', help='folder for the demo outputs')
@@ -48,14 +50,14 @@ def _model_arguments(parser):
     add('-m', '--model', required=True,
         help='a model zoo name (with --params or --pretrained), a training output '
              'PREFIX_best.params (its json beside), a symbol PREFIX, a .onnx file or a TensorRT '
-             '.engine file (its json beside); SSD or Faster R-CNN, preprocessed as the model '
-             'records')
+             '.engine file (its json beside); SSD, Faster R-CNN or RetinaNet, preprocessed as '
+             'the model records')
     add('--backend', choices=('mxnet', 'onnxruntime', 'tensorrt'),
         help="default: the model's (mxnet for networks and symbols, onnxruntime for .onnx, "
              'tensorrt for engines)')
     _weights_arguments(parser, "input size S or HEIGHT,WIDTH of a fixed-size model (SSD; "
-                               "default: the model's); a keep-ratio model (Faster R-CNN) takes "
-                               "each image at its own size")
+                               "default: the model's); a keep-ratio model (Faster R-CNN, "
+                               "RetinaNet) takes each image at its own size")
     add('--batch-size', type=int, help="images per batch (default: a fixed-batch model's batch, "
                                        'else 8)')
 
@@ -114,14 +116,15 @@ def _export(args):
             nms = spec_cli.export_nms(args.experiment_spec)
         except (ValueError, OSError) as err:
             return spec.main_error('export', err)
-    return infer.run_command(
-        'export', infer.export_model, network=args.network, output=args.output, fmt=args.fmt,
+    infer.export_model(
+        network=args.network, output=args.output, fmt=args.fmt,
         params=args.params, pretrained=args.pretrained, classes=args.classes,
         data_shape=args.data_shape, batch_size=args.batch_size,
         dynamic_batch=args.dynamic_batch, precision=args.precision,
         calibration_images=args.calibration_images,
         calibration_batches=args.calibration_batches, calibration_cache=args.calibration_cache,
         calibration_method=args.calibration_method, gen_ds_config=args.gen_ds_config, nms=nms)
+    return 0
 
 
 def _infer_arguments(parser):
@@ -137,11 +140,12 @@ def _infer_arguments(parser):
 
 def _infer(args):
     from .deploy import infer
-    return infer.run_command(
-        'infer', infer.infer, model=args.model, images=args.images, output=args.output,
+    infer.infer(
+        model=args.model, images=args.images, output=args.output,
         backend=args.backend, params=args.params, pretrained=args.pretrained,
         data_shape=args.data_shape, classes=args.classes, batch_size=args.batch_size,
         kitti_labels=args.kitti_labels, visualize=args.visualize, threshold=args.threshold)
+    return 0
 
 
 def _evaluate_arguments(parser):
@@ -185,16 +189,17 @@ def _evaluate(args):
         from .tools import spec_cli
         return spec_cli.evaluate(args)
     if args.dataset is None:
-        raise SystemExit('gluondet evaluate: error: give --dataset (or -e SPEC)')
+        raise UserError('give --dataset (or -e SPEC)')
     if args.key:
         print('gluondet evaluate: -k: ignored', file=sys.stderr)
-    return infer.run_command(
-        'evaluate', infer.evaluate_model, model=args.model, dataset=args.dataset,
+    infer.evaluate_model(
+        model=args.model, dataset=args.dataset,
         dataset_root=args.dataset_root, split=args.split, annotation_file=args.annotation_file,
         image_root=args.image_root, backend=args.backend, params=args.params,
         pretrained=args.pretrained, data_shape=args.data_shape, classes=args.classes,
         batch_size=args.batch_size, records=args.records, iou_thresh=args.iou_thresh or 0.5,
         ap=args.ap or '11point', plots=args.plots, confusion_score=args.confusion_score)
+    return 0
 
 
 def _train_arguments(parser):
@@ -277,14 +282,14 @@ def _prune_arguments(parser):
 
 
 def _prune(args):
-    from .deploy.infer import run_command
     from .tools.prune import prune_model
     if args.key is not None:
         print('gluondet prune: -k ignored: gluondet models are not encrypted', file=sys.stderr)
-    return run_command(
-        'prune', prune_model, model=args.model, output=args.output, normalizer=args.normalizer,
+    prune_model(
+        model=args.model, output=args.output, normalizer=args.normalizer,
         equalization=args.equalization, threshold=args.threshold,
         min_filters=args.min_filters, granularity=args.granularity, excluded=args.excluded)
+    return 0
 
 
 def _benchmark_arguments(parser):
@@ -318,11 +323,12 @@ def _benchmark(args):
     if args.threads is not None and args.threads >= 1 and args.backend != 'tensorrt':
         threads.request_mxnet_threads(args.threads)     # before mxnet is imported
     from .deploy import benchmark, infer
-    return infer.run_command(
-        'benchmark', benchmark.benchmark, model=args.model, backend=args.backend,
+    benchmark.benchmark(
+        model=args.model, backend=args.backend,
         batch_sizes=args.batch_sizes, params=args.params, pretrained=args.pretrained,
         data_shape=args.data_shape, classes=args.classes, threads=args.threads,
         warmup=args.warmup, iters=args.iters, seconds=args.seconds, output=args.output)
+    return 0
 
 
 def _launch_arguments(parser):
@@ -373,17 +379,19 @@ def build_parser():
     for name, help_text, add_arguments, run in COMMANDS:
         p = sub.add_parser(name, help=help_text, description=help_text)
         add_arguments(p)
-        p.set_defaults(run=run)
+        add_debug_flag(p)
+        p.set_defaults(run=run, command_name=name)
     return parser
 
 
 def main(argv=None):
+    """``gluondet COMMAND ...``: its exit status (a user's error in one line, see `errors`)."""
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help()
         return 0
-    return args.run(args)
+    return run_main(lambda _: args.run(args), argv, 'gluondet ' + args.command_name)
 
 
 if __name__ == '__main__':

@@ -14,11 +14,18 @@ def atomic_write(path, data):
 
 
 def atomic_save(write, path):
-    """Call ``write(temporary path)``, sync the file and rename it to ``path``."""
+    """Call ``write(temporary path)``, sync the file and rename it to ``path``. An OSError
+    names ``path``, not the temporary file."""
     tmp = '%s.tmp%d' % (path, os.getpid())
     try:
-        write_synced(write, tmp)
-        os.replace(tmp, path)
+        try:
+            open(tmp, 'wb').close()     # fails here, with the OSError, for a folder not writable
+            write_synced(write, tmp)
+            os.replace(tmp, path)
+        except OSError as err:
+            if err.filename != tmp:
+                raise
+            raise type(err)(err.errno, err.strerror, path) from None
     finally:
         remove_if_exists(tmp)
 

@@ -17,9 +17,13 @@ import time
 
 # MXNet runs a scheduler or server inside `import mxnet` when DMLC_ROLE says so; run it after
 # the import instead, so that the optimizer a dist_async worker sends (pickled, with its
-# gluondet learning-rate schedule) can import what it needs.
+# gluondet learning-rate schedule) can import what it needs. It leaves stop signals to this
+# launcher (gluondet.helper_signals): a server the job's SIGTERM killed would hang the
+# workers' last step, which their checkpoint needs.
 SERVER_COMMAND = [sys.executable, '-c', (
-    "import os; role = os.environ.pop('DMLC_ROLE'); import mxnet; os.environ['DMLC_ROLE'] = role; "
+    "import os, signal; signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM}); "
+    "role = os.environ.pop('DMLC_ROLE'); from gluondet import helper_signals; import mxnet; "
+    "os.environ['DMLC_ROLE'] = role; helper_signals.leave_signals_to_parent(); "
     "from mxnet.kvstore import kvstore_server; kvstore_server._init_kvstore_server_module()")]
 POLL_SECONDS = 0.2
 GRACE_SECONDS = 10     # for the servers to finish after the workers, and for a stop

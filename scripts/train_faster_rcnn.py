@@ -27,6 +27,7 @@ import sys
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..'))
 
 from gluondet.engine import fit  # noqa: E402
+from gluondet.errors import UserError, run_main  # noqa: E402
 from gluondet.model_zoo.faster_rcnn import FASTER_RCNN_ARCHS  # noqa: E402
 from gluondet.tasks import FasterRCNNTask  # noqa: E402
 from gluondet.tasks import cli  # noqa: E402
@@ -63,10 +64,11 @@ def image_short(text):
 def build_parser():
     parser = cli.parser('Train Faster R-CNN networks end to end.')
     add = parser.add_argument
-    cli.add_network_arg(parser, 'resnet50_v1b', ('resnet18_v1b', 'resnet50_v1b'))
-    cli.add_training_args(parser, epochs=None, lr=None, lr_decay_epoch=None, batch_size=1,
-                          wd=None, save_interval=1, lr_warmup=None, warmup_unit='iterations',
-                          mixup=True, scale_out=('amp',), kv_store='nccl')
+    cli.add_network_arg(parser, 'resnet50_v1b',
+                        sorted({spec['backbone'] for spec in FASTER_RCNN_ARCHS.values()}))
+    cli.add_training_args(parser, epochs=None, lr=None, lr_decay_epoch=None, batch_size=None,
+                          batch_per_device=1, wd=None, save_interval=1, lr_warmup=None,
+                          warmup_unit='iterations', mixup=True, scale_out=('amp',), kv_store='nccl')
     add('--verbose', action='store_true', help='log the names of the trainable parameters')
     add('--norm-layer', default=None, choices=['syncbn'],
         help='unset: frozen BatchNorm in the backbone, none in the heads (GluonCV). syncbn: '
@@ -107,11 +109,10 @@ def network_name(args):
                                    'syncbn_' if syncbn else '', args.network)
     if arch not in FASTER_RCNN_ARCHS:
         flags = ' with --norm-layer syncbn' if syncbn else ' with --use-fpn' if args.use_fpn else ''
-        raise SystemExit('%s: error: no Faster R-CNN on --network %s%s in gluondet; it has %s'
-                         % (os.path.basename(sys.argv[0]), args.network, flags, ', '.join(sorted(
-                             {a.replace('faster_rcnn_', '').replace('fpn_', '')
-                              .replace('syncbn_', '') for a in FASTER_RCNN_ARCHS
-                              if a.startswith('faster_rcnn_fpn_syncbn_') == syncbn}))))
+        networks = {a.replace('faster_rcnn_', '').replace('fpn_', '').replace('syncbn_', '')
+                    for a in FASTER_RCNN_ARCHS if a.startswith('faster_rcnn_fpn_syncbn_') == syncbn}
+        raise UserError('no Faster R-CNN on --network %s%s in gluondet; it has %s'
+                        % (args.network, flags, ', '.join(sorted(networks))))
     dataset = cli.zoo_dataset(args)
     if dataset not in FASTER_RCNN_ARCHS[arch]['datasets']:
         dataset = 'custom'
@@ -140,7 +141,7 @@ def notices(args, name):
 def main(argv=None):
     args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format='%(message)s')
-    cli.check_scale_out(args)
+    cli.check_args(args)
     name = network_name(args)
     resolved, defaults_used = cli.dataset_defaults(args, DATASET_DEFAULTS, fallback='voc')
     train_dataset, val_dataset = cli.build_datasets(resolved)
@@ -158,4 +159,4 @@ def main(argv=None):
 
 
 if __name__ == '__main__':
-    main()
+    sys.exit(run_main(main))

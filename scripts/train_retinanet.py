@@ -25,6 +25,7 @@ import sys
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..'))
 
 from gluondet.engine import fit  # noqa: E402
+from gluondet.errors import UserError, run_main  # noqa: E402
 from gluondet.model_zoo.retinanet import RETINANET_ARCHS  # noqa: E402
 from gluondet.tasks import RetinaNetTask  # noqa: E402
 from gluondet.tasks import cli  # noqa: E402
@@ -77,8 +78,9 @@ def build_parser():
     add = parser.add_argument
     cli.add_network_arg(parser, 'resnet50_v1b',
                         sorted(a[len('retinanet_'):] for a in RETINANET_ARCHS))
-    cli.add_training_args(parser, epochs=None, lr=None, lr_decay_epoch=None, batch_size=2,
-                          wd=None, save_interval=1, lr_warmup=None, warmup_unit='iterations',
+    cli.add_training_args(parser, epochs=None, lr=None, lr_decay_epoch=None, batch_size=None,
+                          batch_per_device=2, wd=None, save_interval=1, lr_warmup=None,
+                          warmup_unit='iterations',
                           scale_out=('syncbn', 'dali', 'amp'))
     add('--iters', type=int, default=None,
         help='train this many iterations instead of --epochs (ODTK; with --milestones)')
@@ -148,9 +150,8 @@ def network_name(args):
     """``retinanet_{network}_{voc|coco|custom}`` (GluonCV's naming scheme)."""
     arch = 'retinanet_' + args.network
     if arch not in RETINANET_ARCHS:
-        raise SystemExit('%s: error: no RetinaNet on --network %s in gluondet; it has %s'
-                         % (os.path.basename(sys.argv[0]), args.network,
-                            ', '.join(sorted(a[len('retinanet_'):] for a in RETINANET_ARCHS))))
+        raise UserError('no RetinaNet on --network %s in gluondet; it has %s' % (
+            args.network, ', '.join(sorted(a[len('retinanet_'):] for a in RETINANET_ARCHS))))
     return '%s_%s' % (arch, cli.zoo_dataset(args))
 
 
@@ -171,9 +172,8 @@ def weights_of(classes, weights):
         return None
     unknown = sorted(set(weights) - set(classes))
     if unknown:
-        raise SystemExit('%s: error: --class-weights names %s, not among the classes %s'
-                         % (os.path.basename(sys.argv[0]), ', '.join(unknown),
-                            ', '.join(classes)))
+        raise UserError('--class-weights names %s, not among the classes %s'
+                        % (', '.join(unknown), ', '.join(classes)))
     return [weights.get(name, 1.0) for name in classes]
 
 
@@ -182,12 +182,10 @@ def iteration_schedule(args):
     --iters)."""
     if args.iters is None:
         if args.milestones:
-            raise SystemExit('%s: error: --milestones go with --iters'
-                             % os.path.basename(sys.argv[0]))
+            raise UserError('--milestones go with --iters')
         return {'val_iters': args.val_iters} if args.val_iters else {}
     if args.iters < 1 or args.schedule <= 0:
-        raise SystemExit('%s: error: --iters must be >= 1 and --schedule > 0'
-                         % os.path.basename(sys.argv[0]))
+        raise UserError('--iters must be >= 1 and --schedule > 0')
     return {'max_iters': int(args.iters * args.schedule),
             'lr_decay_iters': tuple(int(m * args.schedule) for m in args.milestones),
             'val_iters': args.val_iters}
@@ -209,14 +207,12 @@ def regularization(args):
 def main(argv=None):
     args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format='%(message)s')
-    cli.check_scale_out(args)
+    cli.check_args(args)
     name = network_name(args)
     if args.freeze_blocks and not args.network.startswith('resnet'):
-        raise SystemExit('%s: error: --freeze-blocks needs a ResNet backbone, not %s'
-                         % (os.path.basename(sys.argv[0]), args.network))
+        raise UserError('--freeze-blocks needs a ResNet backbone, not %s' % args.network)
     if args.dali and args.auto_augment:
-        raise SystemExit('%s: error: --dali does not run --auto-augment; leave one of them out'
-                         % os.path.basename(sys.argv[0]))
+        raise UserError('--dali does not run --auto-augment; leave one of them out')
     resolved, defaults_used = cli.dataset_defaults(args, DATASET_DEFAULTS, fallback='coco',
                                                    origin='ODTK')
     overrides, l1, reg_line = regularization(args)
@@ -237,7 +233,7 @@ def main(argv=None):
             auto_augment=args.auto_augment, fine_tune=args.fine_tune,
             pruned_model=cli.pruned_model(args, args.save_prefix + name))
     except ValueError as err:
-        raise SystemExit('%s: error: %s' % (os.path.basename(sys.argv[0]), err)) from None
+        raise UserError(str(err)) from None
     config = cli.train_config(resolved, args.save_prefix + name, **overrides)
     result = fit(task, config, hooks=[cli.StartupLog([defaults_used, reg_line])])
     cli.print_final(result)
@@ -245,4 +241,4 @@ def main(argv=None):
 
 
 if __name__ == '__main__':
-    main()
+    sys.exit(run_main(main))

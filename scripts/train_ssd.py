@@ -20,16 +20,29 @@ import sys
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..'))
 
 from gluondet.engine import fit  # noqa: E402
-from gluondet.model_zoo.ssd import SSD_ARCHS  # noqa: E402
+from gluondet.errors import UserError, run_main  # noqa: E402
+from gluondet.model_zoo.ssd import SSD_ARCHS, min_input_size  # noqa: E402
 from gluondet.tasks import SSDTask  # noqa: E402
 from gluondet.tasks import cli  # noqa: E402
 
 
+def _sizes():
+    """``{network: [zoo input sizes]}`` of SSD_ARCHS."""
+    sizes = {}
+    for arch in SSD_ARCHS:
+        _, size, network = arch.split('_', 2)
+        sizes.setdefault(network, []).append(int(size))
+    return sizes
+
+
 def build_parser():
     parser = cli.parser('Train SSD networks.')
-    cli.add_network_arg(parser, 'vgg16_atrous',
-                        ('vgg16_atrous', 'resnet50_v1', 'mobilenet1.0', 'mobilenet0.25'))
-    parser.add_argument('--data-shape', type=int, default=300, help='input size: 300 or 512')
+    sizes = _sizes()
+    cli.add_network_arg(parser, 'vgg16_atrous', sorted(sizes))
+    parser.add_argument('--data-shape', type=int, default=300, help=(
+        "the input size; the network is the zoo's architecture of the size nearest to it "
+        '(%s), whose name begins the files written (ssd_300_...), run at this size'
+        % '; '.join('%s %s' % (n, ' or '.join(map(str, s))) for n, s in sorted(sizes.items()))))
     cli.add_training_args(parser, epochs=240, lr=0.001, lr_decay_epoch='160,200',
                           batch_size=32)
     return parser
@@ -48,16 +61,20 @@ def network_name(args):
     """
     archs = [a for a in SSD_ARCHS if a.split('_', 2)[2] == args.network]
     if not archs:
-        raise SystemExit('unknown --network %r; SSD has %s' % (
+        raise UserError('unknown --network %r; SSD has %s' % (
             args.network, ', '.join(sorted({a.split('_', 2)[2] for a in SSD_ARCHS}))))
     arch = min(archs, key=lambda a: abs(int(a.split('_')[1]) - args.data_shape))
+    smallest = min_input_size(arch)
+    if args.data_shape < smallest:
+        raise UserError('--data-shape %d is too small for %s: its feature maps need at least '
+                        '%d px' % (args.data_shape, arch, smallest))
     return '%s_%s' % (arch, cli.zoo_dataset(args))
 
 
 def main(argv=None):
     args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format='%(message)s')
-    cli.check_scale_out(args)
+    cli.check_args(args)
     name = network_name(args)
     train_dataset, val_dataset = cli.build_datasets(args)
     task = SSDTask(name, train_dataset, val_dataset, args.data_shape,
@@ -71,4 +88,4 @@ def main(argv=None):
 
 
 if __name__ == '__main__':
-    main()
+    sys.exit(run_main(main))

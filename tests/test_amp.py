@@ -8,6 +8,8 @@ import sys
 import mxnet as mx
 import numpy as np
 import pytest
+
+from gluondet.errors import UserError
 from mxnet import gluon
 
 from gluondet.engine.hooks import NonFiniteLossError
@@ -161,6 +163,7 @@ def test_amp_with_dist_async_is_refused_before_any_data_is_read(monkeypatch):
     import argparse
     from gluondet.tasks import cli
     monkeypatch.setattr(cli, 'check_launch', lambda args: None)    # as if under gluondet launch
-    args = argparse.Namespace(amp=True, kv_store='dist_async', horovod=False, gpus='')
-    with pytest.raises(SystemExit, match='--amp checks the gradients .* use dist_sync'):
-        cli.check_scale_out(args)
+    args = argparse.Namespace(amp=True, kv_store='dist_async', horovod=False, gpus='',
+                              save_prefix='')
+    with pytest.raises(UserError, match='--amp checks the gradients .* use dist_sync'):
+        cli.check_args(args)

@@ -9,6 +9,7 @@ import re
 import numpy as np
 import pytest
 
+from gluondet.errors import UserError
 from gluondet import cli as gluondet_cli
 from gluondet.data import COCODetection, DatasetError, resolve_dataset
 from gluondet.tasks import cli
@@ -117,7 +118,7 @@ def test_cards_training_flags_refuse_a_typo_in_classes(cards_root):
     images = os.path.join(cards_root, 'images')
     _, args = script_args('--dataset', 'voc', '--dataset-root', images, '--val-split', 'test',
                           '--classes', ','.join(TYPED))
-    with pytest.raises(SystemExit) as error:
+    with pytest.raises(UserError) as error:
         cli.build_datasets(args)
     assert str(error.value).split(': error: ')[1].startswith(
         'VOCDetection(%s, labelimg, train): %s; the annotations name: ace, jack, king, nine, '
@@ -130,7 +131,7 @@ def test_cards_training_flags_refuse_a_typo_in_classes(cards_root):
     _, args = script_args('--train-json', os.path.join(cards_root, 'coco', 'instances_train.json'),
                           '--val-json', os.path.join(cards_root, 'coco', 'instances_test.json'),
                           '--image-root', images, '--classes', ','.join(TYPED))
-    with pytest.raises(SystemExit, match=r'COCODetection\(.*instances_train\.json\): '
+    with pytest.raises(UserError, match=r'COCODetection\(.*instances_train\.json\): '
                                          + re.escape(DID_YOU_MEAN)):
         cli.build_datasets(args)
 

@@ -28,10 +28,11 @@ def test_engine_imports_nothing_detection_specific():
             else:
                 continue
             # version, files (stdlib-only writing), AMP's float32 marks, plots (the curves
-            # picture: numpy and, when drawing, matplotlib)
+            # picture: numpy and, when drawing, matplotlib), errors (UserError), optional (packages)
             for name in names:
                 assert (not name.startswith(('..', 'gluondet.'))
-                        or name in ('..', '..files', '..threads', '..float32', '..plots')), (
+                        or name in ('..', '..files', '..threads', '..float32', '..plots',
+                                    '..errors', '..optional')), (
                             path, name)
 
 
@@ -80,7 +81,7 @@ def test_contexts_missing_gpus_name_what_was_asked_and_what_exists():
     with pytest.raises(ValueError) as err:
         make_contexts('%d,%d' % (found, found + 1))
     text = str(err.value)
-    assert "gpus='%d,%d' asks for GPU %d,%d" % (found, found + 1, found, found + 1) in text
+    assert "--gpus (gpus) %d,%d asks for GPU %d,%d" % (found, found + 1, found, found + 1) in text
     assert ('no GPU' if found == 0 else '%d GPU(s)' % found) in text
 
 
@@ -189,34 +190,82 @@ def test_seeded_dataset_leaves_the_callers_rng_alone():
     assert np.random.rand() == expected
 
 
-def test_a_process_forked_during_training_dies_on_sigterm_and_ignores_sigint():
-    """A data loader's pool forked while SignalHook's handlers are in place: Pool.terminate's
-    SIGTERM must end its workers, even one not yet scheduled when it is sent (a signal noted
-    by the inherited handler, or lost in CPython's after-fork reset, left the pool and
-    training waiting); a Ctrl-C to the process group must leave them running."""
+def _sleep_in_grandchild(pid_file):
+    """Forks (in a guarded block) a grandchild that sleeps; writes its pid; sleeps."""
     import multiprocessing
     import signal
-    from gluondet.engine.hooks import SignalHook
+    from gluondet.engine.signals import guard_children
+    with guard_children():
+        child = multiprocessing.get_context('fork').Process(target=signal.pause, daemon=False)
+        child.start()
+    with open(pid_file, 'w') as f:
+        f.write(str(child.pid))
+    signal.pause()
+
+
+def _alive(pid):
+    """Whether process ``pid`` runs (exists and is not a zombie)."""
+    try:
+        with open('/proc/%d/stat' % pid) as f:
+            return f.read().split(')')[-1].split()[0] != 'Z'
+    except FileNotFoundError:
+        return False
+
+
+def test_a_data_loader_process_leaves_signals_to_the_training_process(tmp_path):
+    """Processes forked during training (`guard_children`): a SIGTERM from their parent
+    (Pool.terminate) ends them, even one not yet scheduled when it is sent; a SIGTERM or
+    SIGINT from anyone else (the process group's: timeout, systemd, Slurm, Ctrl-C) is left
+    to the training process, which stops after a checkpoint (a worker killed by it held its
+    pool's queue lock and the pool waited forever); they die with their parent."""
+    import multiprocessing
+    import os
+    import signal
+    import subprocess
+    import time
+    from gluondet.engine.signals import guard_children
     fork = multiprocessing.get_context('fork')
-    hook = SignalHook(checkpointer=None, reporter=None)
-    hook.before_train()
     children = []
     try:
-        for _ in range(20):
+        with guard_children():
+            for _ in range(20):
+                children.append(fork.Process(target=signal.pause, daemon=True))
+                children[-1].start()
+                children[-1].terminate()
+                children[-1].join(timeout=30)
+                assert children[-1].exitcode == 128 + signal.SIGTERM
             children.append(fork.Process(target=signal.pause, daemon=True))
             children[-1].start()
-            children[-1].terminate()
-            children[-1].join(timeout=30)
-            assert children[-1].exitcode == -signal.SIGTERM
-        here, there = fork.Pipe()
-        children.append(fork.Process(target=lambda: there.send(
-            [signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)])))
+        time.sleep(0.5)
+        for signum in (signal.SIGTERM, signal.SIGINT):   # sent by another process
+            subprocess.run(['kill', '-%d' % signum, str(children[-1].pid)], check=True)
+        children[-1].join(timeout=2)
+        assert children[-1].is_alive()
+        children[-1].terminate()
+        children[-1].join(timeout=30)
+        assert children[-1].exitcode == 128 + signal.SIGTERM
+        # outside the block, children are as usual
+        children.append(fork.Process(target=signal.pause, daemon=True))
         children[-1].start()
-        assert here.recv() == [signal.SIG_IGN, signal.SIG_DFL]
-        assert hook.requested is None          # the training process was not asked to stop
+        subprocess.run(['kill', '-TERM', str(children[-1].pid)], check=True)
+        children[-1].join(timeout=30)
+        assert children[-1].exitcode == -signal.SIGTERM
     finally:
-        hook.after_train()
         for child in children:
             if child.is_alive():
                 child.kill()
-    assert not SignalHook.installed and signal.getsignal(signal.SIGTERM) != hook._handle
+    # a guarded process dies with its parent (SIGKILLed: no cleanup of its own ran)
+    pid_file = str(tmp_path / 'grandchild.pid')
+    parent = fork.Process(target=_sleep_in_grandchild, args=(pid_file,))
+    parent.start()
+    deadline = time.time() + 30
+    while not os.path.exists(pid_file) and time.time() < deadline:
+        time.sleep(0.05)
+    grandchild = int(open(pid_file).read())
+    assert _alive(grandchild)
+    parent.kill()
+    parent.join()
+    deadline = time.time() + 10
+    while _alive(grandchild) and time.time() < deadline:
+        time.sleep(0.05)
+    assert not _alive(grandchild)

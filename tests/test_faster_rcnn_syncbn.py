@@ -6,6 +6,8 @@ import re
 import mxnet as mx
 import numpy as np
 import pytest
+
+from gluondet.errors import UserError
 from mxnet import autograd
 from mxnet.gluon import nn
 
@@ -146,11 +148,12 @@ def test_the_script_refuses_norm_layer_syncbn_on_the_parameter_server(monkeypatc
     import argparse
     from gluondet.tasks import cli
     monkeypatch.setenv('DMLC_ROLE', 'worker')
-    args = argparse.Namespace(norm_layer='syncbn', kv_store='dist_sync', horovod=False, gpus='')
-    with pytest.raises(SystemExit, match='--norm-layer syncbn synchronizes BatchNorm across '
+    args = argparse.Namespace(norm_layer='syncbn', kv_store='dist_sync', horovod=False, gpus='',
+                              save_prefix='')
+    with pytest.raises(UserError, match='--norm-layer syncbn synchronizes BatchNorm across '
                                          r'Horovod processes, not across parameter-server '
                                          r'workers \(--kv-store dist_sync\)'):
-        cli.check_scale_out(args)
+        cli.check_args(args)
 
 
 def test_the_script_trains_with_norm_layer_syncbn_on_the_cpu(tmp_path):

@@ -10,6 +10,7 @@ from mxnet import gluon
 import numpy as np
 import pytest
 
+from gluondet.errors import UserError
 from gluondet import cli
 from gluondet.data.demo import DEMO_CLASSES
 from gluondet.deploy import compare_detections, detecting_random_weights
@@ -332,7 +333,7 @@ def test_bad_input_is_one_line(ssd, tmp_path, capsys):
 
 def test_script_refuses_a_model_that_is_not_pruned(ssd, tmp_path):
     params, _ = ssd
-    with pytest.raises(SystemExit, match='--pruned-model: .* is not a pruned model'):
+    with pytest.raises(UserError, match='--pruned-model: .* is not a pruned model'):
         _script('train_ssd.py').main(['--network', 'mobilenet0.25', '--dataset', 'demo',
                                       '--gpus', '', '--pruned-model', params])
 

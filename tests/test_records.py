@@ -9,6 +9,7 @@ import mxnet as mx
 import numpy as np
 import pytest
 
+from gluondet.errors import UserError
 from gluondet import cli
 from gluondet.data import (DatasetError, DemoDetection, KITTIDetection, RecordDetection,
                            VOCDetection, resolve_dataset, write_kitti)
@@ -372,7 +373,7 @@ def test_rec_flags_go_together(tmp_path):
     from gluondet.tasks.cli import build_datasets
     args = argparse.Namespace(train_json='', val_json='', train_rec='a.rec', val_rec='',
                               dataset='voc')
-    with pytest.raises(SystemExit, match='--train-rec and --val-rec go together'):
+    with pytest.raises(UserError, match='--train-rec and --val-rec go together'):
         build_datasets(args)
     with pytest.raises(ValueError, match='the rec dataset needs its record files'):
         resolve_dataset('rec')

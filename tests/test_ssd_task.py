@@ -6,6 +6,7 @@ import mxnet as mx
 import numpy as np
 import pytest
 
+from gluondet.errors import UserError
 from gluondet.data import DemoDetection
 from gluondet.data.batchify import Pad, Stack, Tuple
 from gluondet.engine import TrainConfig, fit, read_manifest
@@ -169,7 +170,7 @@ def test_script_names_networks_as_gluoncv():
     _, args = _script(['--network', 'vgg16_atrous', '--classes', 'a,b'])
     assert train_ssd.network_name(args) == 'ssd_300_vgg16_atrous_custom'
     _, args = _script(['--network', 'resnet18'])
-    with pytest.raises(SystemExit, match='unknown --network'):
+    with pytest.raises(UserError, match='unknown --network'):
         train_ssd.network_name(args)
 
 

@@ -296,18 +296,16 @@ def test_concurrent_callers_download_once(server, root):
 
 
 CALLER = """
-import importlib.util, sys
-spec = importlib.util.spec_from_file_location('store', sys.argv[1])
-store = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(store)
-store.MODEL_SHA1[sys.argv[2]] = sys.argv[3]
-print(store.get_model_file(sys.argv[2], root=sys.argv[4]))
+import sys
+from gluondet.model_zoo import store
+store.MODEL_SHA1[sys.argv[1]] = sys.argv[2]
+print(store.get_model_file(sys.argv[1], root=sys.argv[3]))
 """
 
 
 def test_concurrent_processes_download_once(server, root):
     server.routes[ZIP_URL] = [_ok(_zip(FILE_NAME, PAYLOAD), delay=1.0)]
-    args = [sys.executable, '-c', CALLER, store.__file__, NAME, SHA1, root]
+    args = [sys.executable, '-c', CALLER, NAME, SHA1, root]
     procs = [subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for _ in range(2)]
     outputs = [p.communicate(timeout=60) for p in procs]

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 from mxnet import gluon
 
+from gluondet.errors import UserError
 from gluondet.nn import SyncBatchNorm
 from sync_bn_run import inputs, run
 
@@ -46,6 +47,7 @@ def test_the_scripts_refuse_syncbn_on_the_parameter_server_in_one_line(monkeypat
     import argparse
     from gluondet.tasks import cli
     monkeypatch.setenv('DMLC_ROLE', 'worker')
-    args = argparse.Namespace(syncbn=True, kv_store='dist_sync', horovod=False, gpus='')
-    with pytest.raises(SystemExit, match='--syncbn synchronizes BatchNorm across Horovod'):
-        cli.check_scale_out(args)
+    args = argparse.Namespace(syncbn=True, kv_store='dist_sync', horovod=False, gpus='',
+                              save_prefix='')
+    with pytest.raises(UserError, match='--syncbn synchronizes BatchNorm across Horovod'):
+        cli.check_args(args)

@@ -12,6 +12,7 @@ import mxnet as mx
 import numpy as np
 import pytest
 
+from gluondet.errors import UserError
 from gluondet.data import DemoDetection
 from gluondet.engine import SampleIndex, TrainConfig
 from gluondet.engine.testing import check_resume
@@ -36,6 +37,9 @@ GLUONCV_FLAGS = {
     '--horovod': False, '--executor-threads': 1, '--kv-store': 'nccl',
 }
 PER_DATASET = {'--epochs', '--lr', '--lr-decay-epoch', '--lr-warmup', '--wd'}
+# Unset here, with GluonCV's meaning of its default: --batch-size, one image per device (and
+# per horovodrun process); --gpus, GPU 0 (the CPU, after a warning, on a machine without one).
+UNSET_WITH_GLUONCV_MEANING = {'--batch-size', '--gpus'}
 # Its `custom-model` subcommand's (GluonCV uses them for custom_faster_rcnn_fpn only; here
 # unset sizes mean the network's own, GluonCV's per zoo name).
 GLUONCV_CUSTOM_MODEL = {'--no-pretrained-base': False, '--image-short': '800',
@@ -81,7 +85,8 @@ def test_every_gluoncv_flag_with_its_default():
     ours = _parser_defaults(_script().build_parser())
     for flag, default in GLUONCV_FLAGS.items():
         assert flag in ours, flag
-        expected = None if flag in PER_DATASET else default      # None: unset, per dataset
+        unset = flag in PER_DATASET or flag in UNSET_WITH_GLUONCV_MEANING
+        expected = None if unset else default
         assert ours[flag] == (pytest.approx(expected) if isinstance(expected, float)
                               else expected), flag
     for flag, default in dict(OURS_FOR_CUSTOM_MODEL, **GLUONCV_ELSEWHERE).items():
@@ -221,7 +226,8 @@ def test_the_log_gets_the_lines_and_with_verbose_the_trainable_parameters(caplog
 @pytest.mark.parametrize('argv, message', [
     (('--kv-store', 'dist_sync'), 'kv_store dist_sync: this process was not started by '
                                   'a parameter-server launcher'),
-    (('--horovod', '--gpus', '0'), 'horovod: gpus=\'0\' asks for GPUs, but this machine has none'),
+    (('--horovod', '--gpus', '0'), '--gpus (gpus) 0 asks for GPU 0, but this machine has no '
+                                   'GPU'),
     (('--network', 'resnet101_v1d'), 'no Faster R-CNN on --network resnet101_v1d in gluondet'),
     (('--network', 'resnet34_v1b', '--norm-layer', 'syncbn'),
      'no Faster R-CNN on --network resnet34_v1b with --norm-layer syncbn in gluondet; it has '
@@ -238,10 +244,10 @@ def test_refusals_are_one_line_without_a_traceback(argv, message, tmp_path):
 def test_a_bad_flag_value_is_one_line():
     resolved, _ = cli.dataset_defaults(_parse('--lr-decay-epoch', '3,x'),
                                        _script().DATASET_DEFAULTS, 'voc')
-    with pytest.raises(SystemExit, match='error: flags: lr_decay_epoch must be comma-separated'):
+    with pytest.raises(UserError, match='--lr-decay-epoch must be comma-separated'):
         cli.train_config(resolved, 'x')
     resolved, _ = cli.dataset_defaults(_parse('--lr', '-1'), _script().DATASET_DEFAULTS, 'voc')
-    with pytest.raises(SystemExit, match='error: flags: lr must be > 0'):
+    with pytest.raises(UserError, match='--lr must be > 0'):
         cli.train_config(resolved, 'x')
 
 

@@ -5,6 +5,7 @@ import os
 
 import pytest
 
+from gluondet.errors import UserError
 from gluondet.tasks import cli
 from script_runs import run, run_cpu_command
 
@@ -25,8 +26,9 @@ def _parse(*argv):
 
 def test_defaults_and_odtk_flags():
     args = _parse()
-    assert (args.network, args.batch_size, args.resize, args.max_size, args.jitter) == (
-        'resnet50_v1b', 2, None, None, None)
+    # unset --batch-size: ODTK's two images per device (GPU, horovodrun process)
+    assert (args.network, args.batch_size, args.batch_per_device, args.resize, args.max_size,
+            args.jitter) == ('resnet50_v1b', None, 2, None, None, None)
     assert (args.focal_alpha, args.focal_gamma, args.smoothl1_beta, args.loss_loc_weight) == (
         0.25, 2.0, 0.11, 1.0)
     args = _parse('--backbone', 'resnet18_v1b', '--jitter', '640', '800', '--anchor-scales',
@@ -41,7 +43,7 @@ def test_defaults_and_odtk_flags():
                                                 head_norm='group', head_init='msra')
     assert args.class_weights == {'car': 2.0, 'person': 0.5}
     assert _script().weights_of(('person', 'car', 'bike'), args.class_weights) == [0.5, 2.0, 1.0]
-    with pytest.raises(SystemExit, match='--class-weights names dog'):
+    with pytest.raises(UserError, match='--class-weights names dog'):
         _script().weights_of(('person',), {'dog': 1.0})
 
 
@@ -60,7 +62,7 @@ def test_network_names():
     assert script.network_name(_parse('--network', 'mobilenet1.0', '--dataset', 'voc')) == \
         'retinanet_mobilenet1.0_voc'
     assert script.network_name(_parse('--dataset', 'demo')) == 'retinanet_resnet50_v1b_custom'
-    with pytest.raises(SystemExit, match='no RetinaNet on --network vgg16'):
+    with pytest.raises(UserError, match='no RetinaNet on --network vgg16'):
         script.network_name(_parse('--network', 'vgg16'))
 
 
@@ -169,5 +171,5 @@ def test_odtk_iteration_schedule_flags():
     config = cli.train_config(resolved, 'x', **script.iteration_schedule(args))
     assert (config.max_iters, config.lr_decay_iters, config.warmup_iters) == (500, (300, 400), 50)
     assert script.iteration_schedule(_parse()) == {}
-    with pytest.raises(SystemExit, match='--milestones go with --iters'):
+    with pytest.raises(UserError, match='--milestones go with --iters'):
         script.iteration_schedule(_parse('--milestones', '5'))

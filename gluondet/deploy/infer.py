@@ -30,7 +30,6 @@ is written to a temporary name and renamed.
 """
 import json
 import os
-import sys
 
 import numpy as np
 
@@ -51,28 +50,11 @@ from .symbol import export_symbol
 from .tensorrt import build_engine
 
 __all__ = ['FORMATS', 'DATASETS', 'export_model', 'export_summary', 'infer', 'evaluate',
-           'evaluate_model', 'coco_results', 'kitti_lines', 'run_command']
+           'evaluate_model', 'coco_results', 'kitti_lines']
 
 FORMATS = ('symbol', 'onnx', 'tensorrt')
 DATASETS = ('voc', 'coco', 'kitti', 'rec')     # what evaluate takes (of gluondet.data.DATASETS)
 DYNAMIC_MAX_BATCH = 8   # largest batch of a dynamic-batch engine unless told
-USER_ERRORS = (ValueError, OSError, ImportError)
-
-
-def run_command(name, function, **kwargs):
-    """Call ``function(**kwargs)``; print a bad input's error in one line instead of a trace.
-
-    Returns
-    -------
-    int
-        The exit code: 0, or 1 after ValueError (bad data included), OSError or ImportError.
-    """
-    try:
-        function(**kwargs)
-    except USER_ERRORS as err:
-        print('gluondet %s: error: %s' % (name, err), file=sys.stderr)
-        return 1
-    return 0
 
 
 def _write_json(path, data):

@@ -351,8 +351,8 @@ def load_network(model, params=None, pretrained=False, classes=None, data_shape=
         network, meta = model, None
         get_model_info(network)     # an unknown name fails first, with suggestions
         if (params is None) == (not pretrained):
-            raise ValueError('%s: give the weights, either params (a .params file) or '
-                             'pretrained (the published ones), not %s'
+            raise ValueError('%s: give its weights, --params FILE (params=) or --pretrained '
+                             '(the published ones), not %s'
                              % (model, 'both' if pretrained else 'neither'))
         if params is not None:
             if not os.path.isfile(params):

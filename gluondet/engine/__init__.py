@@ -127,8 +127,8 @@ from .batch_images import BatchImagesHook
 from .curves import CurvesHook
 from .early_stopping import EarlyStoppingHook
 from .hooks import (CheckpointHook, HookBase, LoggingHook, LRScheduleHook, NonFiniteHook,
-                    NonFiniteLossError, SeedHook, SignalHook, TrainingInterrupted,
-                    ValidationHook, default_hooks)
+                    NonFiniteLossError, SeedHook, ValidationHook, default_hooks)
+from .signals import SignalHook, TrainingInterrupted
 from .loop import FitResult, TrainLoop, TrainState, fit, split_batch
 from .params import NO_WD_PATTERN, disable_weight_decay, trainable_params
 from .schedule import LRSchedule

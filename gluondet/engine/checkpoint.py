@@ -31,6 +31,7 @@ import subprocess
 import mxnet as mx
 from mxnet import nd
 
+from ..errors import UserError
 from ..files import atomic_save, atomic_write, remove_if_exists, write_synced
 from ..threads import mxnet_threads
 
@@ -40,7 +41,7 @@ PARAMS_FORMAT = 'gluondet-params'
 VERSION = 1
 
 
-class CheckpointError(Exception):
+class CheckpointError(UserError):
     """A checkpoint is missing, corrupt or does not fit the model being trained."""
 
 
@@ -129,6 +130,10 @@ class Checkpointer:
                     os.remove(path)
 
     def _restore(self, loop, path, manifest):
+        saved, training = (m.get('network') for m in (manifest.get('meta') or {}, self.meta))
+        if saved and training and saved != training:
+            raise CheckpointError('%s is a checkpoint of %s, not of %s, the network this run '
+                                  'trains' % (path, saved, training))
         base = os.path.dirname(path)
         params = _checked_file(base, manifest, 'params', path)
         states = _checked_file(base, manifest, 'states', path)

@@ -24,7 +24,12 @@ class TrainConfig:
         batch over ``cpu(0) .. cpu(n-1)``, which is how multi-device code is
         tested without a GPU).
     batch_size : int
-        Samples per optimizer step over all devices and processes.
+        Samples per optimizer step over all devices and processes. With several processes
+        each takes ``batch_size // processes`` (a remainder is dropped and said in the log,
+        as GluonCV's SSD and ODTK do); 0: ``batch_per_device`` on every device.
+    batch_per_device : int
+        With ``batch_size`` 0, the samples of each device (GPU, or CPU) of each process
+        (GluonCV's Faster R-CNN trains one image per device, ODTK two).
     num_workers : int
         DataLoader worker processes (0 loads in the training process).
     epochs, start_epoch : int
@@ -152,6 +157,7 @@ class TrainConfig:
     gpus: str = ''
     cpus: int = 1
     batch_size: int = 32
+    batch_per_device: int = 0
     num_workers: int = 4
     epochs: int = 240
     start_epoch: int = 0
@@ -274,7 +280,9 @@ def _check_values(cfg):
     metric_monitor = cfg.early_stop_monitor and not cfg.early_stop_monitor.startswith('loss')
     checks = [
         (cfg.cpus >= 1, 'cpus must be >= 1', cfg.cpus),
-        (cfg.batch_size >= 1, 'batch_size must be >= 1', cfg.batch_size),
+        (cfg.batch_size >= 1 or (cfg.batch_size == 0 and cfg.batch_per_device >= 1),
+         'batch_size must be >= 1', cfg.batch_size),
+        (cfg.batch_per_device >= 0, 'batch_per_device must be >= 0', cfg.batch_per_device),
         (cfg.num_workers >= 0, 'num_workers must be >= 0', cfg.num_workers),
         (0 <= cfg.start_epoch <= cfg.epochs, 'need 0 <= start_epoch <= epochs',
          (cfg.start_epoch, cfg.epochs)),

@@ -33,17 +33,18 @@ def make_contexts(gpus='', cpus=1):
     try:
         ids = [int(g) for g in gpus.split(',') if g.strip()]
     except ValueError:
-        raise ValueError('gpus must be comma-separated GPU ids like "0,1", got %r' % gpus) from None
+        raise ValueError("--gpus (gpus) takes comma-separated GPU ids like 0,1 ('' for the "
+                         'CPU), got %r' % gpus) from None
     if not ids:
         return [mx.cpu(i) for i in range(cpus)]
     if len(set(ids)) != len(ids) or min(ids) < 0:
-        raise ValueError('gpus=%r: ids must be distinct and >= 0' % gpus)
+        raise ValueError('--gpus (gpus) %r: ids must be distinct and >= 0' % gpus)
     found = mx.context.num_gpus()
     missing = [i for i in ids if i >= found]
     if missing:
         have = 'no GPU' if found == 0 else '%d GPU(s) (ids 0..%d)' % (found, found - 1)
-        raise ValueError('gpus=%r asks for GPU %s, but this machine has %s; use gpus="" '
-                         'to train on the CPU' % (gpus, ','.join(map(str, missing)), have))
+        raise ValueError("--gpus (gpus) %s asks for GPU %s, but this machine has %s; --gpus '' "
+                         'trains on the CPU' % (gpus, ','.join(map(str, missing)), have))
     return [mx.gpu(i) for i in ids]
 
 

@@ -35,8 +35,8 @@ def check_launch(config):
             raise ValueError('horovod: cannot import horovod.mxnet (%s); %s'
                              % (err, install_hint('horovod'))) from None
         if config.gpus and mx.context.num_gpus() == 0:
-            raise ValueError("horovod: gpus=%r asks for GPUs, but this machine has none; pass "
-                             "gpus='' (--gpus '') to train on the CPU" % config.gpus)
+            raise ValueError("--horovod with --gpus %s asks for GPUs, but this machine has none; "
+                             "--gpus '' trains on the CPU" % config.gpus)
 
 
 def make_runtime(config):

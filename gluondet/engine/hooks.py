@@ -6,9 +6,6 @@ dicts stored in the checkpoint manifest under the hook's class name).
 `default_hooks` gives the order; it matters where commented.
 """
 import math
-import os
-import signal
-import threading
 import time
 
 from .checkpoint import save_params
@@ -54,23 +51,12 @@ class NonFiniteLossError(RuntimeError):
     """A loss became NaN or infinite; training stopped without checkpointing it."""
 
 
-class TrainingInterrupted(SystemExit):
-    """SIGINT/SIGTERM stopped training after a checkpoint; exit code 128 + signal number."""
-
-    def __init__(self, signum, message):
-        super().__init__(128 + signum)
-        self.signum = signum
-        self.message = message
-
-    def __str__(self):
-        return self.message
-
-
 def default_hooks(task, config, schedule, checkpointer, reporter):
     """The engine's hooks for ``config``, in the order they run at every stage."""
     from .batch_images import BatchImagesHook
     from .curves import CurvesHook
     from .early_stopping import EarlyStoppingHook
+    from .signals import SignalHook
     hooks = [SeedHook(config.seed), LRScheduleHook(schedule)]
     if config.stop_on_nonfinite:
         # First after a step: a non-finite step is neither logged as usual nor checkpointed.
@@ -261,24 +247,34 @@ class ValidationHook(HookBase):
         self._validated_at = None   # iteration of this process's last validation
 
     def before_train(self):
-        # A kill during validation leaves the epoch's checkpoint without its
-        # validation: run it now, on exactly those weights.
+        # A stop during a validation (kill -9, or a signal, which abandons it) leaves the
+        # checkpoint written before it without its result: run it now, on those weights.
         state = self.loop.state
+        if not self._restored or self._validated_at == state.iteration:
+            return
         done = state.epoch - 1
-        if (self._restored and state.batch == 0 and done >= 0 and self._due(done)
-                and (self.validated_epoch is None or self.validated_epoch < done)):
-            self._validate(done)
+        if state.batch == 0:
+            if done >= 0 and self._due(done) and (self.validated_epoch is None
+                                                  or self.validated_epoch < done):
+                self._validate(done)
+        elif self._due_within_epoch():
+            self._validate(state.epoch)
 
     def after_step(self):
-        state, every = self.loop.state, self.config.val_iters
-        if (every and state.iteration % every == 0 and state.batch < state.batches_per_epoch
-                and not self.loop.done()):    # the epoch's end validates in after_epoch
-            self._validate(state.epoch)
+        if self._due_within_epoch() and not self.loop.done():
+            self._validate(self.loop.state.epoch)
 
     def after_epoch(self):
         # a stop requested after a step's validation ends the epoch on the same weights
         if self._due(self.loop.state.epoch) and self._validated_at != self.loop.state.iteration:
             self._validate(self.loop.state.epoch)
+
+    def _due_within_epoch(self):
+        """Whether this step validates (``val_iters``; the epoch's end validates in
+        after_epoch)."""
+        state, every = self.loop.state, self.config.val_iters
+        return (bool(every) and state.iteration % every == 0
+                and state.batch < state.batches_per_epoch)
 
     def _due(self, epoch):
         val, save = self.config.val_interval, self.config.save_interval
@@ -290,14 +286,15 @@ class ValidationHook(HookBase):
         loop, runtime = self.loop, self.loop.runtime
         loop.sync_statistics()
         runtime.beat('validation after epoch %d, iteration %d' % (epoch, loop.state.iteration))
-        if runtime.world_size == 1:
-            metrics = self.task.validate(loop.net, list(runtime.ctx))
-        elif runtime.synchronous:    # every process validates its share
-            metrics = self.task.validate(loop.net, list(runtime.ctx), group=runtime)
-        elif runtime.is_main:        # dist_async: the workers' weights differ; rank 0's count
-            metrics = self.task.validate(loop.net, list(runtime.ctx))
-        else:
-            return
+        with loop.interruptible():
+            if runtime.world_size == 1:
+                metrics = self.task.validate(loop.net, list(runtime.ctx))
+            elif runtime.synchronous:    # every process validates its share
+                metrics = self.task.validate(loop.net, list(runtime.ctx), group=runtime)
+            elif runtime.is_main:        # dist_async: the workers' weights differ; rank 0's
+                metrics = self.task.validate(loop.net, list(runtime.ctx))
+            else:
+                return
         metrics = _checked_metrics(metrics, self.config.val_metric)
         loop.state.metrics = metrics
         self.reporter.validation(epoch, loop.state.iteration, metrics)
@@ -326,11 +323,13 @@ class ValidationHook(HookBase):
 
     def state_dict(self):
         return {'best': self.best, 'best_epoch': self.best_epoch,
-                'validated_epoch': self.validated_epoch}
+                'validated_epoch': self.validated_epoch,
+                'validated_iteration': self._validated_at}
 
     def load_state_dict(self, state):
         self.best, self.best_epoch = state['best'], state['best_epoch']
         self.validated_epoch = state['validated_epoch']
+        self._validated_at = state.get('validated_iteration')
         self._restored = True
 
 
@@ -345,105 +344,3 @@ def _checked_metrics(metrics, key):
 
 def _json_metrics(metrics):
     return {k: (v if math.isfinite(v) else None) for k, v in metrics.items()}
-
-
-class SignalHook(HookBase):
-    """On SIGINT or SIGTERM: finish the step, checkpoint, raise `TrainingInterrupted`.
-
-    A second SIGINT before that interrupts at once (KeyboardInterrupt). With several
-    processes, a signal received by any of them stops them all after the same step.
-    Handlers are only installed when training runs in the main thread. A process forked
-    meanwhile (a data loader's worker) does not keep them (`_fork_hooks`): there SIGTERM ends
-    it, as ``Pool.terminate`` expects, and SIGINT (a Ctrl-C sent to the whole process group)
-    is ignored, so the step in progress still gets its batches.
-    """
-
-    SIGNALS = (signal.SIGINT, signal.SIGTERM)
-    installed = []   # the hooks whose handlers are in place in this process
-
-    def __init__(self, checkpointer, reporter):
-        self.checkpointer = checkpointer
-        self.reporter = reporter
-        self.requested = None
-        self._previous = {}
-
-    def before_train(self):
-        if threading.current_thread() is threading.main_thread():
-            self._previous = {s: signal.signal(s, self._handle) for s in self.SIGNALS}
-            SignalHook.installed.append(self)
-
-    def _handle(self, signum, frame):
-        if self.requested == signal.SIGINT and signum == signal.SIGINT:
-            raise KeyboardInterrupt
-        self.requested = signum
-
-    def after_step(self):
-        if self._agreed() is not None:
-            self._stop()
-
-    def after_epoch(self):
-        if self._agreed() is not None:
-            self._stop()
-
-    def _agreed(self):
-        """The signal to act on now: this process's, or with several synchronous processes
-        the one any of them received (all must stop at the same step)."""
-        runtime = self.loop.runtime
-        if runtime.world_size == 1 or not runtime.synchronous:
-            return self.requested
-        import mxnet as mx
-        flags = mx.nd.array([self.requested == s for s in self.SIGNALS])
-        got = runtime.allreduce([flags])[0].asnumpy()
-        if self.requested is None and got.any():
-            self.requested = self.SIGNALS[int(got.argmax())]
-        return self.requested
-
-    def after_train(self):
-        for signum, handler in self._previous.items():
-            signal.signal(signum, handler)
-        self._previous = {}
-        if self in SignalHook.installed:
-            SignalHook.installed.remove(self)
-
-    def _stop(self):
-        state = self.loop.state
-        self.checkpointer.save(self.loop)
-        name = signal.Signals(self.requested).name
-        message = ('%s: stopped at epoch %d, batch %d, iteration %d; checkpoint %s. Resume with '
-                   "resume='auto' or resume=%r." % (name, state.epoch, state.batch,
-                                                    state.iteration, self.checkpointer.last_path,
-                                                    self.checkpointer.last_path))
-        self.reporter.info(message)
-        raise TrainingInterrupted(self.requested, message)
-
-
-def _fork_hooks():
-    """``os.register_at_fork`` callbacks that keep SignalHook's handlers out of forked children.
-
-    A signal that reaches a child before CPython's after-fork reset of pending signals is lost
-    when a Python-level handler is installed (it only trips a flag), and a busy machine may not
-    run a child at all before ``Pool.terminate`` sends SIGTERM: such a worker lived on and the
-    pool waited for it forever. So while handlers are installed the signals are blocked around
-    ``fork``; the child sets SIGTERM's default action and ignores SIGINT before unblocking them.
-    """
-    masks = []
-
-    def before():
-        if SignalHook.installed:
-            masks.append(signal.pthread_sigmask(signal.SIG_BLOCK, SignalHook.SIGNALS))
-
-    def after_in_parent():
-        if masks:
-            signal.pthread_sigmask(signal.SIG_SETMASK, masks.pop())
-
-    def after_in_child():
-        if masks:
-            SignalHook.installed.clear()
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
-            signal.signal(signal.SIGINT, signal.SIG_IGN)
-            signal.pthread_sigmask(signal.SIG_SETMASK, masks.pop())
-
-    return dict(before=before, after_in_parent=after_in_parent, after_in_child=after_in_child)
-
-
-os.register_at_fork(**_fork_hooks())

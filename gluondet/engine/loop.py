@@ -1,4 +1,5 @@
 """The one training loop and `fit`, which assembles it from a task and a config."""
+import contextlib
 import dataclasses
 from typing import Optional
 
@@ -14,6 +15,7 @@ from .watchdog import Watchdog
 from .logging import Reporter
 from .params import disable_weight_decay, trainable_params
 from .schedule import LRSchedule
+from .signals import guard_children
 
 
 @dataclasses.dataclass
@@ -125,6 +127,14 @@ class TrainLoop:
         return self.stop_reason is not None or (
             bool(self.max_iters) and self.state.iteration >= self.max_iters)
 
+    def interruptible(self):
+        """A context in which a stop signal acts at once (`signals.SignalHook.interruptible`);
+        without a hook that offers it, a plain block."""
+        for hook in self.hooks:
+            if hasattr(hook, 'interruptible'):
+                return hook.interruptible()
+        return contextlib.nullcontext()
+
     def request_stop(self, reason):
         """End training after the hooks of this step (the epoch's ``after_epoch`` hooks still
         run) or, from ``after_epoch``, of this epoch; ``reason`` ends up in `FitResult`."""
@@ -228,21 +238,45 @@ def fit(task, config, runtime=None, hooks=()):
         ``SystemExit`` with code 128 + signal number (130, 143).
     """
     runtime = runtime or make_runtime(config)
-    if config.batch_size % runtime.world_size:
-        raise ValueError('batch_size %d does not split over %d processes'
-                         % (config.batch_size, runtime.world_size))
+    config, batch_note = resolve_batch(config, runtime)
     if config.mixup and not getattr(task, 'supports_mixup', False):
         raise ValueError('config.mixup: task %s does not support mixup (no supports_mixup = True)'
                          % type(task).__name__)
-    with runtime.activated():    # from the net's construction on (synchronized BatchNorm)
-        loop, checkpointer = _build_and_train(task, config, runtime, hooks)
+    # the runtime from the net's construction on (synchronized BatchNorm); the data loaders'
+    # processes leave a stop signal to this one
+    with runtime.activated(), guard_children():
+        loop, checkpointer = _build_and_train(task, config, runtime, hooks, batch_note)
     best = next((h.best for h in loop.hooks if isinstance(h, ValidationHook)), None)
     return FitResult(loop.net, loop.state.epoch, loop.state.iteration, best,
                      loop.state.metrics, checkpointer.last_path, runtime.rank,
                      runtime.world_size, loop.stop_reason)
 
 
-def _build_and_train(task, config, runtime, hooks):
+def resolve_batch(config, runtime):
+    """``(config, note)``: ``config`` with the global batch its processes and devices take
+    (``batch_size``'s rules in `TrainConfig`), and a line for the log saying how it was
+    made of another (``''`` when it was not). A batch of less than one sample per device
+    raises ValueError naming ``--batch-size``."""
+    devices = len(runtime.ctx) * runtime.world_size
+    where = '%d device%s' % (devices, 's' if devices > 1 else '')
+    if runtime.world_size > 1:
+        where += ' (%d processes of %d)' % (runtime.world_size, len(runtime.ctx))
+    if not config.batch_size:
+        total = config.batch_per_device * devices
+        note = 'batch size %d: %d per device on %s' % (total, config.batch_per_device, where)
+    else:
+        total = config.batch_size // runtime.world_size * runtime.world_size
+        note = '' if total == config.batch_size else (
+            'batch size %d: --batch-size %d over %d processes, %d each (the remainder is '
+            'dropped, as GluonCV and ODTK do)' % (total, config.batch_size, runtime.world_size,
+                                                  total // runtime.world_size))
+    if total < devices:
+        raise ValueError('--batch-size %d is less than one sample for each of %s: give at least '
+                         '%d' % (config.batch_size, where, devices))
+    return dataclasses.replace(config, batch_size=total), note
+
+
+def _build_and_train(task, config, runtime, hooks, batch_note=''):
     """Build the net, data, trainer and hooks of `fit`, resume if asked, train; returns
     ``(loop, checkpointer)``."""
     seed_all(config.seed)
@@ -272,6 +306,8 @@ def _build_and_train(task, config, runtime, hooks):
                                 iteration=config.start_epoch * data.iters_per_epoch),
                      max_iters=config.max_iters)
     with reporter:
+        if batch_note:
+            reporter.info(batch_note)
         checkpointer.resume(loop, config.resume)
         loop.train()
     return loop, checkpointer

@@ -19,8 +19,9 @@ from mxnet import nd
 from ..files import atomic_write
 from .checkpoint import read_manifest
 from .config import TrainConfig
-from .hooks import HookBase, SignalHook
+from .hooks import HookBase
 from .loop import fit
+from .signals import SignalHook
 
 _EXIT_CODES = {signal.SIGKILL: -signal.SIGKILL, signal.SIGTERM: 128 + signal.SIGTERM,
                signal.SIGINT: 128 + signal.SIGINT}

@@ -73,6 +73,12 @@ def load_arrays(block, arrays, source, ctx=None, allow_missing=False, ignore_ext
     naming ``source``.
     """
     params = block._collect_params_with_prefix()  # pylint: disable=protected-access
+    theirs, ours = ({name.split('.')[0] for name in names} for names in (arrays, params))
+    if not (allow_missing or ignore_extra) and theirs != ours:
+        raise ValueError('%s holds the weights of another network than this %s: its '
+                         'parameter groups are %s, this network\'s %s' % (
+                             source, type(block).__name__, ', '.join(sorted(theirs)),
+                             ', '.join(sorted(ours))))
     missing = [] if allow_missing else sorted(set(params) - set(arrays))
     extra = [] if ignore_extra else sorted(set(arrays) - set(params))
     wrong = ['%s (file %s, network %s)' % (name, arrays[name].shape, params[name].shape)

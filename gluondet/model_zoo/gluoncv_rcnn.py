@@ -48,7 +48,8 @@ _C4_STAGES = {'conv1': 'features.0', 'bn1': 'features.1', 'layer1': 'features.4'
 
 def is_gluoncv_rcnn(arrays):
     """Whether these parameter names are those of a GluonCV R-CNN file."""
-    return any(k.startswith(('rpn.', 'features.', 'top_features.')) for k in arrays)
+    return (any(k.startswith('rpn.') for k in arrays)
+            and any(k.startswith(('features.', 'top_features.')) for k in arrays))
 
 
 def _symbol_backbone_key(key, convs_per_block):

@@ -103,6 +103,7 @@ def get_model_list():
 
 
 def weights_file(name, root):
-    """Path of the weight file ``name`` in ``root``, downloaded if needed."""
+    """Path of the weight file ``name`` in ``root``, downloaded if needed (the default root
+    follows ``MXNET_HOME``, as GluonCV's)."""
     from .store import get_model_file
-    return get_model_file(name, root=os.path.expanduser(root))
+    return get_model_file(name, root=root)

@@ -1,4 +1,7 @@
 """SSD: Single Shot MultiBox Detector (Liu et al. 2016, arXiv:1512.02325)."""
+import contextlib
+import functools
+import io
 import os
 
 import mxnet as mx
@@ -13,7 +16,7 @@ from .single_stage import SingleStageDetector
 from .backbones import get_backbone
 from .registry import COCO_CLASSES, VOC_CLASSES, register_model
 
-__all__ = ['SSD', 'SSDFeatures', 'ExtraLayer', 'SSD_ARCHS', 'build_ssd']
+__all__ = ['SSD', 'SSDFeatures', 'ExtraLayer', 'SSD_ARCHS', 'build_ssd', 'min_input_size']
 
 
 def _xavier_out():
@@ -266,6 +269,22 @@ def build_ssd(arch, classes, dataset='custom', pretrained_base=True, ctx=mx.cpu(
         sizes = spec['sizes'][dataset if dataset in spec['sizes'] else 'coco']
     return SSD(features, classes, sizes, ratios or spec['ratios'], steps or spec['steps'],
                spec['base_size'], **kwargs)
+
+
+@functools.lru_cache(maxsize=None)
+def min_input_size(arch):
+    """The smallest square input size, a multiple of 16, whose feature maps the layers of
+    the SSD ``arch`` accept (the last extra layers need some pixels left)."""
+    features = build_ssd(arch, ['object'], pretrained_base=False).features
+    outputs = mx.sym.Group(list(features(mx.sym.var('data'))))
+    for size in range(16, 4097, 16):
+        try:
+            with contextlib.redirect_stdout(io.StringIO()):     # MXNet prints its failures
+                outputs.infer_shape(data=(1, 3, size, size))
+        except mx.base.MXNetError:
+            continue
+        return size
+    raise ValueError('%s takes no input of 4096 px or less' % arch)
 
 
 def _register_all():

@@ -20,6 +20,7 @@ import glob
 import hashlib
 import logging
 import os
+import re
 import shutil
 import time
 import uuid
@@ -29,6 +30,8 @@ import zlib
 import filelock
 import requests
 from tqdm import tqdm
+
+from ..errors import UserError
 
 __all__ = ['MODEL_SHA1', 'WeightStoreError', 'get_model_file', 'pretrained_model_list', 'purge',
            'short_hash']
@@ -74,7 +77,7 @@ MODEL_SHA1 = {
 }
 
 
-class WeightStoreError(RuntimeError):
+class WeightStoreError(UserError, RuntimeError):
     """A weight file could not be found, downloaded or verified."""
 
 
@@ -209,7 +212,7 @@ def _fill(path, sha1):
     for stale in glob.glob(glob.escape(path) + '.*.part'):  # left by a killed download
         os.remove(stale)
     file_name = os.path.basename(path)
-    hint = _manual_hint(path, sha1, found)
+    hint = _manual_hint(file_name.rsplit('-', 1)[0], path, sha1, found)
     stem = '%s.%s' % (path, uuid.uuid4().hex[:8])
     download, extracted = stem + '.download.part', stem + '.part'
     try:
@@ -227,12 +230,17 @@ def _fill(path, sha1):
                 os.remove(part)
 
 
-def _manual_hint(path, sha1, found):
+def _manual_hint(name, path, sha1, found):
     """How to install the file without the repository, for error messages."""
     there = ' (the file there now has sha1 %s)' % found if found else ''
-    return ('To install it by hand, put %s (sha1 %s) at %s%s, or set GLUONDET_REPO_URL to a '
+    hint = ('To install it by hand, put %s (sha1 %s) at %s%s, or set GLUONDET_REPO_URL to a '
             'server that has it (now %s).'
             % (os.path.basename(path), sha1, path, there, _repo_url()))
+    if not name.endswith(('_voc', '_coco')):
+        hint += (' These are the ImageNet weights of the backbone %s (pretrained_base=True); '
+                 'without them, pretrained_base=False (--no-pretrained-base in the training '
+                 'scripts) trains it from scratch.' % name)
+    return hint
 
 
 def _download(file_name, dest, hint):
@@ -276,7 +284,10 @@ def _get(url, dest):
                 raise _Refused('HTTP %d' % r.status_code)
             _save(r, dest, os.path.basename(url))
     except requests.RequestException as err:
-        raise _Retryable('%s: %s' % (type(err).__name__, err)) from None
+        # the innermost reason ("Failed to resolve 'host' (...)"), without urllib3's wrappers
+        reason = str(getattr(err.args[0], 'reason', err) if err.args else err)
+        reason = re.sub(r'^(<[^>]*>|HTTPS?Connection\([^)]*\)): ', '', reason)
+        raise _Retryable('%s: %s' % (type(err).__name__, reason)) from None
 
 
 def _save(response, dest, label):

@@ -6,13 +6,18 @@ None stands for "the dataset's": `dataset_defaults` fills those into a new names
 parsing (GluonCV's scripts fill their parsed args in place).
 """
 import argparse
+import dataclasses
 import logging
 import os
+import re
 import sys
+import tempfile
 
 from ..data import resolve_dataset
+from ..errors import UserError, add_debug_flag
 from ..engine import HookBase, TrainConfig
 from ..engine.config import KV_STORES
+from ..engine.context import make_contexts
 from ..engine.distributed import check_launch
 
 LOG = logging.getLogger('gluondet')
@@ -23,10 +28,12 @@ SCALE_OUT_FLAGS = ('syncbn', 'dali', 'amp')
 def add_training_args(parser, epochs, lr, lr_decay_epoch, batch_size, wd=0.0005,
                       log_interval=100, val_interval=1, save_interval=10, lr_warmup=0.0,
                       warmup_unit='epochs', mixup=False, scale_out=SCALE_OUT_FLAGS,
-                      kv_store='device'):
+                      kv_store='device', batch_per_device=0):
     """The flags every training script shares, with that script's defaults.
 
-    A default of None means the dataset's (`dataset_defaults`). ``warmup_unit`` is what
+    A default of None means the dataset's (`dataset_defaults`), but for ``--batch-size``,
+    where it means ``batch_per_device`` images on every device of every process
+    (`TrainConfig.batch_per_device`). ``warmup_unit`` is what
     ``--lr-warmup`` counts: ``'epochs'`` (gluondet's SSD) or ``'iterations'`` (GluonCV's
     Faster R-CNN, where ``-1`` is none). ``mixup`` adds ``--mixup`` and
     ``--no-mixup-epochs`` (for a task with ``supports_mixup``). ``scale_out`` names the
@@ -39,7 +46,16 @@ def add_training_args(parser, epochs, lr, lr_decay_epoch, batch_size, wd=0.0005,
             kwargs['help'] += " (unset: the dataset's default, printed in the log)"
         parser.add_argument(*flags, **kwargs)
 
-    add('--batch-size', type=int, default=batch_size, help='training mini-batch size')
+    if batch_per_device:
+        parser.add_argument('--batch-size', type=int, help=(
+            'images per step over all devices and processes; a number that does not split '
+            'over the processes is rounded down to one that does (unset: %d per device, '
+            'i.e. per GPU and per horovodrun process)' % batch_per_device))
+    else:
+        add('--batch-size', type=int, default=batch_size,
+            help='images per step over all devices and processes; a number that does not '
+                 'split over the processes is rounded down to one that does')
+    parser.set_defaults(batch_per_device=batch_per_device)
     add('--dataset', default='voc',
         help='voc, coco, kitti, demo (the embedded synthetic set) or rec (RecordIO files of '
              'gluondet convert: --train-rec, --val-rec)')
@@ -63,7 +79,8 @@ def add_training_args(parser, epochs, lr, lr_decay_epoch, batch_size, wd=0.0005,
     add('--val-split', default='val', help='split(s) to validate on in a VOC-style folder')
     add('--num-workers', '-j', dest='num_workers', type=int, default=4,
         help='data loading worker processes')
-    add('--gpus', default='0', help="GPUs to train on, e.g. '0,1'; '' for the CPU")
+    parser.add_argument('--gpus', help="GPUs to train on, e.g. '0,1'; '' for the CPU (unset: "
+                        'GPU 0, or the CPU with a warning on a machine without a GPU)')
     add('--epochs', type=int, default=epochs, help='training epochs')
     add('--resume', default='',
         help="a checkpoint json, 'auto' (this save prefix's last checkpoint) or a .params "
@@ -146,17 +163,22 @@ def add_training_args(parser, epochs, lr, lr_decay_epoch, batch_size, wd=0.0005,
              'amp': 'automatic mixed precision: float16 on GPUs, bfloat16 on CPUs'}
     for flag in scale_out:
         add('--' + flag, action='store_true', help=helps[flag])
+    add_debug_flag(parser)
 
 
-def check_scale_out(args):
-    """Refuse ``--horovod`` or a dist ``--kv-store`` this process cannot run
-    (`engine.distributed.check_launch`), and synchronized BatchNorm (``--syncbn``,
-    ``--norm-layer syncbn``) on the parameter server, ``--amp`` with dist_async, before any
-    data is read."""
+def check_args(args):
+    """Refuse, in one line naming the flag, before any data is read: ``--gpus`` this machine
+    lacks, a ``--save-prefix`` folder that cannot be written, ``--horovod`` or a dist
+    ``--kv-store`` this process cannot run (`engine.distributed.check_launch`), synchronized
+    BatchNorm (``--syncbn``, ``--norm-layer syncbn``) on the parameter server, ``--amp`` with
+    dist_async, ``--dali`` without DALI."""
     try:
+        if args.gpus is not None:
+            make_contexts(args.gpus)
         check_launch(args)
     except ValueError as err:
         raise _user_error(err) from None
+    check_writable(args.save_prefix, '--save-prefix')
     sync = ('--syncbn' if getattr(args, 'syncbn', False) else
             '--norm-layer syncbn' if getattr(args, 'norm_layer', None) == 'syncbn' else None)
     if sync and args.kv_store.startswith('dist'):
@@ -172,6 +194,18 @@ def check_scale_out(args):
             require_dali()
         except ImportError as err:
             raise _user_error(err) from None
+
+
+def check_writable(prefix, flag):
+    """Exit with one line naming ``flag`` unless files ``prefix*`` can be written (its folder
+    is made if missing)."""
+    folder = os.path.abspath(os.path.dirname(prefix) or '.')
+    try:
+        os.makedirs(folder, exist_ok=True)
+        tempfile.TemporaryFile(dir=folder).close()
+    except OSError as err:
+        raise _user_error('%s %s: cannot write in %s (%s)' % (flag, prefix, folder,
+                                                             err.strerror or err)) from None
 
 
 def class_mapping(text):
@@ -206,10 +240,10 @@ def build_datasets(args):
     """
     jsons = (args.train_json, args.val_json)
     if any(jsons) and not all(jsons):
-        raise SystemExit('--train-json and --val-json go together')
+        raise UserError('--train-json and --val-json go together')
     records = (getattr(args, 'train_rec', ''), getattr(args, 'val_rec', ''))
     if any(records) and not all(records):
-        raise SystemExit('--train-rec and --val-rec go together')
+        raise UserError('--train-rec and --val-rec go together')
     name = 'coco' if all(jsons) else 'rec' if all(records) else args.dataset
     datasets = []
     try:
@@ -235,7 +269,8 @@ def train_config(args, save_prefix, **overrides):
     warmup = ({'warmup_epochs': args.lr_warmup} if args.warmup_unit == 'epochs'
               else {'warmup_iters': max(0, args.lr_warmup)})
     values = dict(
-        gpus=args.gpus, batch_size=args.batch_size, num_workers=args.num_workers,
+        gpus=default_gpus() if args.gpus is None else args.gpus, batch_size=args.batch_size or 0,
+        batch_per_device=args.batch_per_device, num_workers=args.num_workers,
         epochs=args.epochs, start_epoch=args.start_epoch, resume=args.resume, lr=args.lr,
         wd=args.wd, momentum=args.momentum, lr_mode=args.lr_mode, lr_decay=args.lr_decay,
         lr_decay_epoch=args.lr_decay_epoch, warmup_factor=args.lr_warmup_factor, no_wd=args.no_wd,
@@ -254,9 +289,33 @@ def train_config(args, save_prefix, **overrides):
         values.update(mixup=args.mixup, no_mixup_epochs=args.no_mixup_epochs)
     values.update(overrides)
     try:
-        return TrainConfig.from_dict(values, source='flags')
+        return TrainConfig(**values)
     except ValueError as err:
-        raise _user_error(err) from None
+        raise _user_error(_named_by_flags(str(err))) from None
+
+
+# TrainConfig fields set by a flag of another name
+_FLAG_OF_FIELD = {'warmup_iters': '--lr-warmup', 'warmup_epochs': '--lr-warmup',
+                  'warmup_factor': '--lr-warmup-factor', 'max_iters': '--iters',
+                  'lr_decay_iters': '--milestones'}
+
+
+def _named_by_flags(message):
+    """A `TrainConfig` error with its field names written as the flags that set them."""
+    fields = [f.name for f in dataclasses.fields(TrainConfig)]
+    return re.sub(r'\b(%s)\b' % '|'.join(fields), lambda m: _FLAG_OF_FIELD.get(
+        m.group(1), '--' + m.group(1).replace('_', '-')), message)
+
+
+def default_gpus():
+    """What an unset ``--gpus`` means: ``'0'`` (GluonCV's default) on a machine with a GPU;
+    else ``''``, the CPU, after a warning."""
+    import mxnet as mx
+    if mx.context.num_gpus() > 0:
+        return '0'
+    LOG.warning("%s: no GPU on this machine: training on the CPU (--gpus '' says so; --gpus 0 "
+                'asks for the first GPU)', os.path.basename(sys.argv[0]))
+    return ''
 
 
 def pruned_model(args, save_prefix):
@@ -284,7 +343,7 @@ def pruned_model(args, save_prefix):
 
 
 def _user_error(err):
-    return SystemExit('%s: error: %s' % (os.path.basename(sys.argv[0]), err))
+    return UserError(str(err))
 
 
 def zoo_dataset(args):

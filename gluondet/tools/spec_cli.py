@@ -123,8 +123,8 @@ def evaluate(args):
         model = _model(args.model, settings.get('nms'), 'evaluate')
         if not isinstance(model, str):
             print('%s with the spec\'s nms_config: %s' % (args.model, settings['nms']))
-        return infer.run_command(
-            'evaluate', infer.evaluate_model, model=model, backend=args.backend,
+        infer.evaluate_model(
+            model=model, backend=args.backend,
             params=args.params, pretrained=args.pretrained, data_shape=args.data_shape,
             classes=args.classes,
             batch_size=args.batch_size or settings.get('batch_size'),
@@ -132,6 +132,7 @@ def evaluate(args):
             ap=getattr(args, 'ap', None) or settings.get('ap', '11point'),
             plots=getattr(args, 'plots', None),
             confusion_score=getattr(args, 'confusion_score', 0.25), **dataset)
+        return 0
     except (ValueError, OSError) as err:
         return specs.main_error('evaluate', err)
     finally:
@@ -173,11 +174,12 @@ def inference(args):
     try:
         _, settings = _spec_settings(args.experiment_spec, 'inference')
         model = _model(args.model, settings.get('nms'), 'inference')
-        return infer.run_command(
-            'inference', infer.infer, model=model, images=args.image_dir,
+        infer.infer(
+            model=model, images=args.image_dir,
             output=os.path.join(images, 'detections.json'),
             batch_size=args.batch_size or settings.get('batch_size'), kitti_labels=labels,
             visualize=images, threshold=args.threshold, min_score=args.threshold)
+        return 0
     except (ValueError, OSError) as err:
         return specs.main_error('inference', err)
 
