@@ -269,3 +269,25 @@ def test_a_data_loader_process_leaves_signals_to_the_training_process(tmp_path):
     while _alive(grandchild) and time.time() < deadline:
         time.sleep(0.05)
     assert not _alive(grandchild)
+
+
+def test_a_loader_process_logs_on_a_line_of_its_own(capfd):
+    """A data loader's process (forked) does not know where the parent's progress bar is:
+    its warning (a skipped image) starts a line of its own instead of landing in the bar's."""
+    import logging
+    import multiprocessing
+    import sys
+    from gluondet.engine.logging import _TqdmHandler
+    handler = _TqdmHandler()
+    handler.setFormatter(logging.Formatter('%(message)s'))
+    record = logging.LogRecord('gluondet.data', logging.WARNING, __file__, 0,
+                               'image 7 unreadable; using the next readable item instead',
+                               None, None)
+    sys.stderr.write('[Epoch 0]  30%|###       | 3/10')     # a bar's line, not ended
+    sys.stderr.flush()
+    child = multiprocessing.get_context('fork').Process(target=handler.emit, args=(record,))
+    child.start()
+    child.join(timeout=60)
+    assert child.exitcode == 0
+    err = capfd.readouterr().err
+    assert err.endswith('3/10\nimage 7 unreadable; using the next readable item instead\n')

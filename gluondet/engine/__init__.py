@@ -103,12 +103,12 @@ metrics)``; a hook ends training with ``loop.request_stop(reason)``.
 
 Stopping
 --------
-- SIGINT/SIGTERM: the current step finishes (or the current validation),
-  a checkpoint is written, and `TrainingInterrupted` (a ``SystemExit``)
-  exits with code 130 (SIGINT) or 143 (SIGTERM). ``resume='auto'``
-  continues exactly from there. DataLoader workers ignore SIGINT (Ctrl-C
-  reaches the whole process group); send SIGTERM to the training process
-  only: workers killed by it make MXNet's loader fail after its timeout.
+- SIGINT/SIGTERM, to the training process or to its whole process group: the current
+  step finishes (a validation in progress is abandoned in one process, and run first when
+  the run resumes), a checkpoint is written, and `TrainingInterrupted` (a ``SystemExit``)
+  exits with code 130 (SIGINT) or 143 (SIGTERM). ``resume='auto'`` continues exactly from
+  there. The data loaders' processes leave the signal to the training process
+  (`signals.guard_children`); several processes stop after the same step.
 - A NaN or infinite loss raises `NonFiniteLossError` naming the epoch and
   iteration; no checkpoint is written for that step, the last good one stays.
 - ``kill -9``: the last committed checkpoint stays valid (see `checkpoint`).

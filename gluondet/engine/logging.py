@@ -37,10 +37,20 @@ LOGGER_NAME = 'gluondet'
 
 
 class _TqdmHandler(logging.Handler):
-    """Console lines that do not break a running progress bar."""
+    """Console lines that do not break a running progress bar: through the bar in this
+    process; on a line of their own from a data loader's process (forked, it does not know
+    where the bar is: its warnings about skipped images were written into the bar's line)."""
+
+    def __init__(self):
+        super().__init__()
+        self._pid = os.getpid()
 
     def emit(self, record):
-        tqdm.tqdm.write(self.format(record), file=sys.stderr)
+        if os.getpid() == self._pid:
+            tqdm.tqdm.write(self.format(record), file=sys.stderr)
+        else:
+            sys.stderr.write('\n%s\n' % self.format(record))
+            sys.stderr.flush()
 
 
 class Reporter:
