@@ -17,11 +17,14 @@ survivors in that order, then rows of -1. The graph does the same in three steps
    candidates and other classes, and its IoU test is ``box_nms``'s.
 3. The kept ranks, scattered back and sorted by ``TopK``, give the output rows in order.
 
-On it: SSD's post-processing (:func:`add_ssd_postprocess`), and Faster R-CNN's region
-proposals (:func:`add_rpn_proposals`), ROI Align (:func:`add_roi_align`) and per-class
-detection (:func:`add_rcnn_postprocess`). Arithmetic follows MXNet's kernels operation by
-operation; ``box_decode``'s ``exp`` is computed in double as MXNet's is, so decoding the
-same offsets gives the same bits.
+On it: SSD's post-processing (:func:`add_ssd_postprocess`), RetinaNet's
+(:func:`add_retinanet_postprocess`), and Faster R-CNN's region proposals
+(:func:`add_rpn_proposals`), ROI Align (:func:`add_roi_align`) and per-class detection
+(:func:`add_rcnn_postprocess`). Arithmetic follows MXNet's kernels operation by operation;
+``box_decode``'s ``exp`` is computed in double as MXNet's is, so decoding the same offsets
+gives the same bits. RetinaNet's and the proposals' graphs take inputs of any size: their
+anchors are graph inputs, and each ``TopK`` cut has a constant ``k`` (bounded by the
+candidates at the largest input), its candidates padded with invalid ones when fewer.
 """
 import numpy as np
 from onnx import TensorProto, helper, numpy_helper
