@@ -102,6 +102,19 @@ def test_onnx_detections_equal_gluon_for_every_zoo_network(name, tmp_path):
         print(name, key, result)
 
 
+@pytest.mark.parametrize('name', [FAST_NAME, 'faster_rcnn_resnet18_v1b_custom'])
+def test_onnx_of_any_size_equals_gluon_at_each_size(name, tmp_path):
+    """``dynamic_size``: one model for every input up to 224 x 224, landscape, portrait, and
+    small enough that the RPN has fewer anchors than its pre-NMS cut (64 x 96)."""
+    net, _ = _detector(name, rpn_test_pre_nms=2000)
+    path = tmp_path / 'any_size.onnx'
+    export_onnx(net, str(path), (224, 224), dynamic_batch=True, dynamic_size=True)
+    checked_detector(path, 'batch', ('height', 'width'), 100)
+    for seed, shape in enumerate([SHAPE, (160, 96), (224, 224), (64, 96)]):
+        x = _images(2, seed, shape)
+        _assert_parity(net(x), run_onnx(path, x), min_per_image=20)
+
+
 @pytest.mark.parametrize('settings', [
     dict(nms_thresh=0.3, nms_topk=40, post_nms=-1),      # top-k cut before NMS, every row
     dict(nms_thresh=0.5, nms_topk=-1, post_nms=50),      # post-NMS cut below the detections

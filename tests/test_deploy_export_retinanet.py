@@ -63,6 +63,19 @@ def test_onnx_detections_equal_gluon_for_every_zoo_network(name, tmp_path):
     _parity(*_detector(name), tmp_path)
 
 
+def test_onnx_of_any_size_equals_gluon_at_each_size(detector, tmp_path):
+    """``dynamic_size``: one model for every input up to 256 x 256; at 64 x 96 the coarse
+    levels have fewer candidates than their top-k cut (P7: 1 x 1 x 9 anchors x 3 classes)."""
+    net, _ = detector
+    path = tmp_path / 'any_size.onnx'
+    export_onnx(net, str(path), (256, 256), dynamic_size=True)
+    checked_detector(path, 1, ('height', 'width'), 100)
+    for seed, shape in enumerate([SHAPE, (160, 96), (256, 256), (64, 96)]):
+        x = mx.nd.array(np.random.RandomState(seed).uniform(-2, 2, (1, 3) + shape))
+        result = compare_detections(net(x), run_onnx(path, x))
+        assert result.ok and result.compared >= 20, '%s: %s' % (shape, result)
+
+
 @pytest.mark.parametrize('settings', [dict(nms_thresh=0.3, nms_topk=50, post_nms=20),
                                       dict(nms_thresh=0.7, nms_topk=2000, post_nms=-1)])
 def test_onnx_nms_settings(detector, tmp_path, settings):
