@@ -280,8 +280,8 @@ def export_summary(files, meta, dims):
         '  classes (%d): %s' % (len(meta['classes']), ', '.join(meta['classes'])),
         '  post-processing: inside the model, box decoding and NMS (%s); outputs ids, scores '
         '(N x K x 1), boxes (N x K x 4: xmin, ymin, xmax, ymax in input pixels), rows of -1 '
-        'after the detections; gluondet infer and evaluate scale the boxes to each image and '
-        'clip them to it' % nms])
+        'after the detections; the predictor of infer and evaluate scales the boxes to each '
+        'image and clips them to it' % nms])
 
 
 def _numbers(values):
