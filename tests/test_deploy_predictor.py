@@ -265,7 +265,8 @@ def test_model_sources_and_their_errors(trained_model, tmp_path):
     # a zoo name with a params file: the classes and steps come from the json beside it
     zoo = Predictor.from_model(NETWORK, params=params)
     assert zoo.classes == DemoDetection.CLASSES + BCCD_CLASSES
-    with pytest.raises(ValueError, match='either params .* or pretrained'):
+    with pytest.raises(ValueError, match=r'give its weights, --params FILE \(params=\) or '
+                                         r'--pretrained'):
         Predictor.from_model(NETWORK)
     with pytest.raises(ValueError, match='trained as ssd_160_mobilenet0.5_custom, not'):
         Predictor.from_model('ssd_300_mobilenet0.25_custom', params=params)
