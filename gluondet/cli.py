@@ -77,9 +77,10 @@ def _export_arguments(parser):
     add('--network', '-m', '--model', dest='network', required=True,
         help='a model zoo name (with --params or --pretrained) or a training output '
              "PREFIX_best.params (its json beside; TAO's -m)")
-    _weights_arguments(parser, "input size S or HEIGHT,WIDTH (default: the model's). A Faster "
-                               "R-CNN's ONNX model and engine take this one size (default its "
-                               "short x max size, rounded up to its multiple); its symbol any")
+    _weights_arguments(parser, "input size S or HEIGHT,WIDTH (default: the model's). The ONNX "
+                               'model or engine of a keep-ratio model (Faster R-CNN, RetinaNet) '
+                               'takes any size up to its max size by default; this fixes one '
+                               'size; its symbol takes any')
     add('--format', dest='fmt', default='onnx', choices=('symbol', 'onnx', 'tensorrt'),
         help='symbol: PREFIX-symbol.json, PREFIX-0000.params, PREFIX-meta.json; onnx: one .onnx '
              'file; tensorrt: an .engine file, the .onnx it is built from and a .json beside')

@@ -112,11 +112,13 @@ def test_fit_trains_validates_and_writes_gluoncv_named_files(tmp_path):
 
 def old_validate(task, net, ctx_list):
     """``SSDTask.validate`` before it ran the predictor's evaluation: the val loader's
-    batches through ``detect_batches`` into the metric, a batch at a time (the reference)."""
+    batches through ``detect_batches`` into the metric, a batch at a time (the reference),
+    with the boxes clipped to the (128 px) images, as every predictor clips them."""
     metric = VOC07MApMetric(iou_thresh=0.5, class_names=task.classes)
     for ids, scores, boxes, labels in detect_batches(net, val_loader(task), ctx_list,
                                                      (task.width, task.height)):
-        metric.update(boxes, ids, scores, labels[:, :, :4], labels[:, :, 4:5], labels[:, :, 5:6])
+        metric.update(boxes.clip(0, 127), ids, scores, labels[:, :, :4], labels[:, :, 4:5],
+                      labels[:, :, 5:6])
     return voc_result(metric)
 
 
