@@ -28,11 +28,12 @@ def test_engine_imports_nothing_detection_specific():
             else:
                 continue
             # version, files (stdlib-only writing), AMP's float32 marks, plots (the curves
-            # picture: numpy and, when drawing, matplotlib), errors (UserError), optional (packages)
+            # picture: numpy and, when drawing, matplotlib), errors (UserError), optional
+            # (packages), helper_signals (the loader processes' signals)
             for name in names:
                 assert (not name.startswith(('..', 'gluondet.'))
                         or name in ('..', '..files', '..threads', '..float32', '..plots',
-                                    '..errors', '..optional')), (
+                                    '..errors', '..optional', '..helper_signals')), (
                             path, name)
 
 
