@@ -2,7 +2,7 @@
 import mxnet as mx
 from mxnet import gluon, nd
 
-from .engine import process_share
+from .collectives import process_share
 
 __all__ = ['SSDMultiBoxLoss', 'FocalLoss', 'RetinaNetLoss', 'RCNNLoss', 'smooth_l1']
 
@@ -29,7 +29,7 @@ def _box_loss(pred, target, pos, rho):
 
 def _total(values):
     """A normalizer: the sum of per-context counts, on the first one's context, at least 1;
-    in distributed training the whole batch's count per process (`engine.process_share`)."""
+    in distributed training the whole batch's count per process (`collectives.process_share`)."""
     total = sum(v.as_in_context(values[0].context) for v in values)
     return nd.maximum(process_share(total), 1)
 

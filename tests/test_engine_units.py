@@ -29,11 +29,13 @@ def test_engine_imports_nothing_detection_specific():
                 continue
             # version, files (stdlib-only writing), AMP's float32 marks, plots (the curves
             # picture: numpy and, when drawing, matplotlib), errors (UserError), optional
-            # (packages), helper_signals (the loader processes' signals)
+            # (packages), helper_signals (the loader processes' signals), collectives (the
+            # active runtime, which the engine sets)
             for name in names:
                 assert (not name.startswith(('..', 'gluondet.'))
                         or name in ('..', '..files', '..threads', '..float32', '..plots',
-                                    '..errors', '..optional', '..helper_signals')), (
+                                    '..errors', '..optional', '..helper_signals',
+                                    '..collectives')), (
                             path, name)
 
 

@@ -31,8 +31,9 @@ A task is any object with:
     element). Each value holds the per-context terms of one named loss;
     the sum over names, contexts and elements is the loss whose gradient
     ``trainer.step(1)`` applies, so the task normalizes (SSD: by the number
-    of positives over all contexts, through `process_share`, which with several
-    processes makes it the whole batch's count per process). Called inside ``autograd.record()``.
+    of positives over all contexts, through `gluondet.collectives.process_share`, which with
+    several processes makes it the whole batch's count per process). Called inside
+    ``autograd.record()``.
     Names follow one scheme: ``loss_cls``, ``loss_box``, ``loss_rpn_obj``,
     ``loss_rpn_box``, ... The engine logs each name's sum per step.
 ``validate(net, ctx_list, group=None) -> {name: float}``
@@ -116,17 +117,18 @@ Stopping
   hooks, with its checkpoint written; ``fit`` returns, ``FitResult.stop_reason``
   says why.
 """
+from ..collectives import mean_over_processes, process_share
 from .checkpoint import CheckpointError, Checkpointer, read_manifest, save_params
 from .config import TrainConfig
-from .context import (Runtime, average_statistics, local_runtime, make_contexts,
-                      mean_over_processes, process_share)
+from .context import Runtime, average_statistics, local_runtime, make_contexts
 from .distributed import HorovodRuntime, KVStoreRuntime, make_runtime
 from .watchdog import Watchdog
 from .data import EpochBatchSampler, GroupedBatchSampler, SampleIndex, SeededDataset, TrainData
 from .batch_images import BatchImagesHook
 from .curves import CurvesHook
 from .early_stopping import EarlyStoppingHook
-from .hooks import (CheckpointHook, HookBase, LoggingHook, LRScheduleHook, NonFiniteHook,
+from .hookbase import HookBase
+from .hooks import (CheckpointHook, LoggingHook, LRScheduleHook, NonFiniteHook,
                     NonFiniteLossError, SeedHook, ValidationHook, default_hooks)
 from .signals import SignalHook, TrainingInterrupted
 from .loop import FitResult, TrainLoop, TrainState, fit, split_batch

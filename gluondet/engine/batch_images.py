@@ -11,7 +11,7 @@ run's TensorBoard writer, the boxes drawn, as ``train/images/<k>`` against the i
 after the first step of every epoch (TAO's cadence) or every ``interval`` steps; on the
 first process only.
 """
-from .hooks import HookBase
+from .hookbase import HookBase
 
 __all__ = ['BatchImagesHook']
 

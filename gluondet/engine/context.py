@@ -1,14 +1,14 @@
 """Where training runs: the device contexts, this process's rank, the trainer factory, and
-the collectives the engine and the tasks call (identities in one process)."""
-import contextlib
+the collectives (identities in one process; `gluondet.collectives` reaches the active one)."""
 import dataclasses
 import inspect
 from typing import Tuple
 
 import mxnet as mx
-from mxnet import autograd, gluon, nd
+from mxnet import gluon
 
-_ACTIVE = []    # the runtime training runs on; visible to every thread (custom operators')
+from .. import collectives
+from . import watchdog
 
 
 def make_contexts(gpus='', cpus=1):
@@ -105,18 +105,13 @@ class Runtime:
 
     def beat(self, what):
         """Tell the hang watchdog, if one runs, that this process is alive and doing ``what``."""
-        from .watchdog import beat
-        beat(what)
+        watchdog.beat(what)
 
-    @contextlib.contextmanager
     def activated(self):
-        """Within the block, `active_runtime` is this one (`process_share`,
-        `mean_over_processes` and `gluondet.nn.SyncBatchNorm` use it)."""
-        _ACTIVE.append(self)
-        try:
-            yield self
-        finally:
-            _ACTIVE.remove(self)
+        """A context within which `gluondet.collectives.active_runtime` is this one (the
+        collectives' `process_share`, `mean_over_processes` and `gluondet.nn.SyncBatchNorm`
+        use it)."""
+        return collectives.activated(self)
 
     def make_trainer(self, params, config, schedule=None):
         """A `gluon.Trainer` for ``params`` from the optimizer fields of ``config``.
@@ -135,38 +130,6 @@ def local_runtime(config):
     (``config.kv_store`` sums GPU gradients: ``device``, ``local`` or ``nccl``)."""
     return Runtime(tuple(make_contexts(config.gpus, config.cpus)),
                    kv_store='device' if config.kv_store.startswith('dist') else config.kv_store)
-
-
-def active_runtime():
-    """The runtime of the training in progress (`Runtime.activated`), or None."""
-    return _ACTIVE[-1] if _ACTIVE else None
-
-
-def process_share(total):
-    """A count summed over the whole batch, per process: ``total`` summed over the processes of
-    the active runtime and divided by their number (``total`` itself in one process).
-
-    A task divides its part of a loss by this, so that the mean of the processes' gradients
-    (what a synchronous step applies) is the gradient of the whole batch's loss. Not
-    differentiated: counts are constants.
-    """
-    runtime = active_runtime()
-    if runtime is None or runtime.world_size == 1 or not runtime.synchronous:
-        return total
-    with autograd.pause():
-        summed = runtime.allreduce([total.copy()])[0]
-        return summed / runtime.world_size
-
-
-def mean_over_processes(values):
-    """``{name: float}`` averaged over the processes of the active runtime (same keys on all)."""
-    runtime = active_runtime()
-    if runtime is None or runtime.world_size == 1 or not runtime.synchronous or not values:
-        return dict(values)
-    names = sorted(values)
-    summed = runtime.allreduce([nd.array([values[n] for n in names], dtype='float32')])[0]
-    means = dict(zip(names, (summed / runtime.world_size).asnumpy().tolist()))
-    return {name: means[name] for name in values}
 
 
 def average_statistics(runtime, net):

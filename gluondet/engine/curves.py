@@ -9,7 +9,7 @@ one warning and training goes on: a picture never stops a run.
 """
 import os
 
-from .hooks import HookBase
+from .hookbase import HookBase
 
 __all__ = ['CurvesHook']
 

@@ -24,8 +24,8 @@ that stopped early ends at once unless ``early_stop_patience`` was raised.
 """
 import math
 
-from .context import mean_over_processes
-from .hooks import HookBase
+from ..collectives import mean_over_processes
+from .hookbase import HookBase
 
 __all__ = ['EarlyStoppingHook', 'monitors_loss']
 

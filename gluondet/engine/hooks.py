@@ -1,50 +1,18 @@
 """Hooks: everything the loop does besides forward, backward and step.
 
-A hook sees the loop as ``self.loop`` (set when the loop is built) and may
-keep state for resume through ``state_dict`` / ``load_state_dict`` (JSON-ready
-dicts stored in the checkpoint manifest under the hook's class name).
-`default_hooks` gives the order; it matters where commented.
+Each is a `HookBase` (`hookbase`); `default_hooks` gives the order; it matters where commented.
 """
 import math
 import time
 
+from ..collectives import mean_over_processes
+from .batch_images import BatchImagesHook
 from .checkpoint import save_params
-from .context import mean_over_processes
+from .curves import CurvesHook
 from .data import seed_step
-
-
-class HookBase:
-    """No-op hook; subclasses override the stages they need."""
-
-    loop = None
-
-    def before_train(self):
-        pass
-
-    def before_epoch(self):
-        pass
-
-    def before_step(self):
-        pass
-
-    def after_step(self):
-        pass
-
-    def after_epoch(self):
-        pass
-
-    def after_validation(self, epoch, metrics):
-        """A validation's ``{name: float}`` result (`ValidationHook` calls it on every hook
-        before it checkpoints, so what a hook makes of it is in that checkpoint)."""
-
-    def after_train(self):
-        """Runs even when training stops with an error: release, do not save."""
-
-    def state_dict(self):
-        return {}
-
-    def load_state_dict(self, state):
-        pass
+from .early_stopping import EarlyStoppingHook
+from .hookbase import HookBase
+from .signals import SignalHook
 
 
 class NonFiniteLossError(RuntimeError):
@@ -53,10 +21,6 @@ class NonFiniteLossError(RuntimeError):
 
 def default_hooks(task, config, schedule, checkpointer, reporter):
     """The engine's hooks for ``config``, in the order they run at every stage."""
-    from .batch_images import BatchImagesHook
-    from .curves import CurvesHook
-    from .early_stopping import EarlyStoppingHook
-    from .signals import SignalHook
     hooks = [SeedHook(config.seed), LRScheduleHook(schedule)]
     if config.stop_on_nonfinite:
         # First after a step: a non-finite step is neither logged as usual nor checkpointed.

@@ -23,7 +23,8 @@ from mxnet.contrib.amp import amp as amp_state
 from mxnet.contrib.amp.loss_scaler import LossScaler
 
 from ..float32 import float32_conditions
-from .hooks import HookBase, NonFiniteLossError
+from .hookbase import HookBase
+from .hooks import NonFiniteLossError
 
 LOG = logging.getLogger('gluondet')
 

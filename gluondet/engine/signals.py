@@ -19,7 +19,7 @@ import signal
 import threading
 
 from ..helper_signals import leave_signals_to_parent
-from .hooks import HookBase
+from .hookbase import HookBase
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 

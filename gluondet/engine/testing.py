@@ -19,7 +19,7 @@ from mxnet import nd
 from ..files import atomic_write
 from .checkpoint import read_manifest
 from .config import TrainConfig
-from .hooks import HookBase
+from .hookbase import HookBase
 from .loop import fit
 from .signals import SignalHook
 

@@ -13,7 +13,7 @@ import sys
 import threading
 import time
 
-from .hooks import HookBase
+from .hookbase import HookBase
 
 EXIT_CODE = 124     # as timeout(1)
 _ACTIVE = []        # the running watchdog of this process, if any

@@ -2,22 +2,18 @@
 
 MXNet's ``gluon.contrib.nn.SyncBatchNorm`` synchronizes the GPUs of one process (and hangs on
 CPU contexts); horovod.mxnet has none. `SyncBatchNorm` is a custom operator around the
-runtime's ``allreduce`` (Horovod's, or the parameter server's sums): the forward sums each
-channel's values, then squared deviations, over all the processes' samples (two passes, and
-the element count too, so processes may hold different batch sizes); the backward sums the
-two per-channel gradient terms the same way. With one process it is BatchNorm. It keeps
-BatchNorm's parameters (``gamma``, ``beta``, ``running_mean``, ``running_var``), so weights
-move between the two freely, and it hybridizes.
+active runtime's ``allreduce`` (`gluondet.collectives`: Horovod's, or the parameter server's
+sums): the forward sums each channel's values, then squared deviations, over all the
+processes' samples (two passes, and the element count too, so processes may hold different
+batch sizes); the backward sums the two per-channel gradient terms the same way. With one
+process it is BatchNorm. It keeps BatchNorm's parameters (``gamma``, ``beta``,
+``running_mean``, ``running_var``), so weights move between the two freely, and it
+hybridizes.
 """
 import mxnet as mx
 from mxnet import gluon, nd
 
-
-def active_runtime():
-    """The training's runtime (imported when used: the network modules do not load the
-    engine, so deployment does not)."""
-    from ..engine.context import active_runtime as active
-    return active()
+from ..collectives import active_runtime, allreduce
 
 __all__ = ['SyncBatchNorm', 'sync_norm_layer']
 
@@ -27,12 +23,6 @@ class _SyncBatchNorm(mx.operator.CustomOp):
         self.key, self.momentum, self.eps = key, momentum, eps
         self._saved = None
 
-    @staticmethod
-    def _sum(values, name):
-        """``values`` (a list of per-channel NDArrays) summed over the processes."""
-        runtime = active_runtime()
-        return values if runtime is None else runtime.allreduce(values, name=name)
-
     def forward(self, is_train, req, in_data, out_data, aux):
         x, gamma, beta = in_data
         mean_aux, var_aux = aux
@@ -40,10 +30,10 @@ class _SyncBatchNorm(mx.operator.CustomOp):
         axes = (0,) + tuple(range(2, x.ndim))
         if is_train:
             count = nd.array([x.size // x.shape[1]], ctx=x.context, dtype=x.dtype)
-            total, count = self._sum([x.sum(axis=axes), count], self.key + '.sum')
+            total, count = allreduce([x.sum(axis=axes), count], self.key + '.sum')
             mean = total / count
             centered = x - mean.reshape(shape)
-            var = self._sum([nd.square(centered).sum(axis=axes)], self.key + '.var')[0] / count
+            var = allreduce([nd.square(centered).sum(axis=axes)], self.key + '.var')[0] / count
             inv = 1 / nd.sqrt(var + self.eps)
             xhat = centered * inv.reshape(shape)
             self._saved = (xhat, inv, count)
@@ -63,7 +53,7 @@ class _SyncBatchNorm(mx.operator.CustomOp):
         axes = (0,) + tuple(range(2, dy.ndim))
         dbeta, dgamma = dy.sum(axis=axes), (dy * xhat).sum(axis=axes)
         # the input's gradient needs both sums over every process's samples
-        total_dbeta, total_dgamma = self._sum([dbeta.copy(), dgamma.copy()], self.key + '.grad')
+        total_dbeta, total_dgamma = allreduce([dbeta.copy(), dgamma.copy()], self.key + '.grad')
         dx = (dy - (total_dbeta / count).reshape(shape)
               - xhat * (total_dgamma / count).reshape(shape)) * (gamma * inv).reshape(shape)
         self.assign(in_grad[0], req[0], dx)
