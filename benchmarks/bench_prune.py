@@ -13,7 +13,7 @@ For each stage:
   threads), detections included; the stages' models run in turns, so that other load on the
   machine falls on each alike;
 - mAP: VOC07 mAP on BCCD's test split through ``gluondet evaluate``'s function
-  (``deploy.infer.evaluate_model``), the evaluation every other figure uses.
+  (``deploy.commands.evaluate_model``), the evaluation every other figure uses.
 
 The trained model comes from ``--model`` (a training output ``PREFIX_best.params``), or, with
 ``--train-epochs N``, is trained here by the BCCD recipe of the detector (``model_zoo/bccd_*.sh``'s
@@ -85,8 +85,8 @@ def _train(args, prefix, epochs, extra):
 
 def _measure(params, args):
     """The figures of one model file but its latency."""
-    from gluondet.deploy.infer import evaluate_model
-    from gluondet.deploy.predictor import load_network
+    from gluondet.deploy.commands import evaluate_model
+    from gluondet.deploy.networks import load_network
     from gluondet.tools.prune import count_macs, count_params
     net, info = load_network(params)
     shape = tuple(info['data_shape'])
@@ -101,7 +101,7 @@ def weakest_filters(params, args):
     prune`` scores them (recorded from its own decision): ``{'layer': [...], 'group':
     [...]}``."""
     import numpy as np
-    from gluondet.deploy.predictor import load_network
+    from gluondet.deploy.networks import load_network
     from gluondet.tools import prune
     net, info = load_network(params)
     lowest = {'layer': [], 'group': []}
@@ -130,7 +130,7 @@ def _latencies(stages, args):
     machine falls on all alike."""
     import mxnet as mx
     import numpy as np
-    from gluondet.deploy.predictor import load_network
+    from gluondet.deploy.networks import load_network
     runs = {}
     for stage, figures in stages.items():
         net, _ = load_network(figures['file'])

@@ -234,7 +234,7 @@ def main():
         ours, info = random_net(args.random_weights)
         params = 'random (the same on both sides)'
     else:
-        from gluondet.deploy.predictor import load_network
+        from gluondet.deploy.networks import load_network
         params = args.params or train_quickly(args)
         ours, info = load_network(params)
     images, labels = val_batch(info, args.batch_size)

@@ -31,7 +31,7 @@ import time
 
 from gluondet.data import VOCDetection
 from gluondet.deploy import Predictor, compare_detections
-from gluondet.deploy.infer import evaluate_model, export_model
+from gluondet.deploy.commands import evaluate_model, export_model
 
 from common import Checks
 

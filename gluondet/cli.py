@@ -3,7 +3,7 @@
 Each command is a ``(name, help, add_arguments, run)`` entry in ``COMMANDS``; the
 heavy imports happen inside ``run`` so ``gluondet --help`` stays fast. ``export``,
 ``infer`` and ``evaluate`` turn their flags into a call of
-:mod:`gluondet.deploy.infer`, which holds what they do.
+:mod:`gluondet.deploy.commands`, which holds what they do.
 """
 import argparse
 import sys
@@ -107,7 +107,7 @@ def _export_arguments(parser):
 
 
 def _export(args):
-    from .deploy import infer
+    from .deploy import commands as infer
     from .tools import spec, spec_cli
     if args.key:
         print('gluondet export: ' + spec_cli.KEY_NOTICE, file=sys.stderr)
@@ -140,7 +140,7 @@ def _infer_arguments(parser):
 
 
 def _infer(args):
-    from .deploy import infer
+    from .deploy import commands as infer
     infer.infer(
         model=args.model, images=args.images, output=args.output,
         backend=args.backend, params=args.params, pretrained=args.pretrained,
@@ -185,7 +185,7 @@ def _evaluate_arguments(parser):
 
 
 def _evaluate(args):
-    from .deploy import infer
+    from .deploy import commands as infer
     if args.experiment_spec:
         from .tools import spec_cli
         return spec_cli.evaluate(args)
@@ -323,7 +323,7 @@ def _benchmark(args):
     from . import threads
     if args.threads is not None and args.threads >= 1 and args.backend != 'tensorrt':
         threads.request_mxnet_threads(args.threads)     # before mxnet is imported
-    from .deploy import benchmark, infer
+    from .deploy import benchmark
     benchmark.benchmark(
         model=args.model, backend=args.backend,
         batch_sizes=args.batch_sizes, params=args.params, pretrained=args.pretrained,

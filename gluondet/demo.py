@@ -65,7 +65,7 @@ import mxnet as mx
 from .data import DemoDetection
 from .engine import TrainConfig, fit
 from .tasks import FasterRCNNTask, RetinaNetTask, SSDTask
-from .tools.visualize import draw_boxes, image_grid, save_image
+from .visualize import draw_boxes, image_grid, save_image
 
 __all__ = ['Recipe', 'RECIPES', 'NUM_TRAIN', 'NUM_VAL', 'DATA_SEED', 'NETWORK', 'EPOCHS', 'SEED',
            'run_demo', 'save_preview']

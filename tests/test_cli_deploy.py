@@ -16,8 +16,9 @@ from gluondet.data.base import read_image
 from gluondet.data.coco import coco_to_xyxy  # GluonCV's reading, inverse of infer's
 from gluondet.data.kitti import parse_kitti_label
 from gluondet.data.preprocess import fixed_size
-from gluondet.deploy.infer import evaluate_model, infer
-from gluondet.deploy.predictor import Detections, Predictor, load_network
+from gluondet.deploy.commands import evaluate_model, infer
+from gluondet.deploy.networks import load_network
+from gluondet.deploy.predictor import Detections, Predictor
 from gluondet.deploy.runners import MXNetRunner
 from gluondet.metrics import VOC07MApMetric, coco_evaluate
 from gluondet.metrics import evaluation

@@ -18,9 +18,10 @@ import pytest
 
 from gluondet.data.base import empty_label, read_image
 from gluondet.deploy import detecting_random_weights
-from gluondet.deploy.infer import export_model
+from gluondet.deploy.commands import export_model
 from gluondet.deploy import tensorrt as gt
-from gluondet.deploy.predictor import Predictor, clip_boxes, metadata_path, rescale_boxes
+from gluondet.deploy.predictor import Predictor, clip_boxes, rescale_boxes
+from gluondet.deploy.sources import metadata_path
 from gluondet.model_zoo import get_model
 
 import tensorrt_stand_in

@@ -324,7 +324,7 @@ def test_export_symbol_gives_identical_outputs(detector, tmp_path):
 # ---------------------------------------------------------------- int8 and TensorRT
 
 def test_export_model_writes_onnx_int8_onnx_and_symbol_described(saved_detector, tmp_path):
-    from gluondet.deploy.infer import export_model
+    from gluondet.deploy.commands import export_model
     params, net, x = saved_detector
     args = dict(params=params, classes=['a', 'b', 'c'], data_shape=SHAPE)
     model = str(tmp_path / 'rcnn.onnx')

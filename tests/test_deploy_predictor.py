@@ -19,8 +19,9 @@ from gluondet.data import DemoDetection, VOCDetection
 from gluondet.data.base import DetectionDataset, Record, read_image
 from gluondet.data.batchify import Pad, Stack, Tuple
 from gluondet.deploy import compare_detections
-from gluondet.deploy.infer import export_model
-from gluondet.deploy.predictor import Predictor, list_images, load_network, rescale_boxes
+from gluondet.deploy.commands import export_model
+from gluondet.deploy.networks import load_network
+from gluondet.deploy.predictor import Predictor, list_images, rescale_boxes
 from gluondet.engine import TrainConfig, fit
 from gluondet.tasks import SSDTask
 from gluondet.data.preprocess import SSDValTransform, fixed_size

@@ -25,7 +25,7 @@ from gluondet.data.base import empty_label, read_image
 from gluondet.data.coco import xyxy_to_coco
 from gluondet.data.preprocess import padded_shape, preprocessing_of, val_transform
 from gluondet.deploy import compare_detections, detecting_random_weights
-from gluondet.deploy.infer import evaluate_model
+from gluondet.deploy.commands import evaluate_model
 from gluondet.deploy.predictor import Predictor
 from gluondet.model_zoo import get_model
 

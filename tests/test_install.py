@@ -391,7 +391,7 @@ def test_cpu_install_exports_infers_and_draws(trained_model, bccd_root, tmp_path
     promises on a CPU: export a zoo SSD to ONNX, infer and evaluate with ONNX Runtime, draw
     the evaluation's pictures."""
     import onnx
-    from gluondet.deploy.infer import evaluate_model
+    from gluondet.deploy.commands import evaluate_model
     wheels, venv, outside = tmp_path / 'wheels', tmp_path / 'venv', tmp_path / 'outside'
     _succeed([sys.executable, '-m', 'pip', 'wheel', '--no-deps', '--no-build-isolation', '-q',
               '--disable-pip-version-check', '-w', str(wheels), str(_project(tmp_path, True))])

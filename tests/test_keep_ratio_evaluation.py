@@ -20,7 +20,7 @@ from gluondet.data import transforms as T
 from gluondet.data.base import read_image
 from gluondet.data.preprocess import keep_ratio
 from gluondet.deploy import compare_detections
-from gluondet.deploy.infer import evaluate_model, export_model
+from gluondet.deploy.commands import evaluate_model, export_model
 from gluondet.deploy.predictor import Predictor
 from gluondet.engine import TrainConfig, fit
 from gluondet.metrics import evaluation

@@ -14,7 +14,7 @@ from gluondet import plots
 from gluondet.cli import main
 from gluondet.data import DemoDetection
 from gluondet.data.preprocess import fixed_size
-from gluondet.deploy import infer
+from gluondet.deploy import commands
 from gluondet.deploy.predictor import Predictor
 from gluondet.engine import CurvesHook, HookBase, fit
 from gluondet.metrics import VOC07MApMetric, VOCMApMetric
@@ -168,8 +168,8 @@ class ClassGridRunner(GridRunner):
 def test_evaluate_plots_writes_the_three_pictures(tmp_path, monkeypatch, capsys):
     data = DemoDetection('val', num_images=6, image_size=64, root=str(tmp_path / 'demo'))
     predictor = Predictor(ClassGridRunner(), data.classes, fixed_size(48))
-    monkeypatch.setattr(infer.Predictor, 'from_model', lambda *args, **kwargs: predictor)
-    monkeypatch.setattr(infer, 'resolve_dataset', lambda *args, **kwargs: data)
+    monkeypatch.setattr(commands.Predictor, 'from_model', lambda *args, **kwargs: predictor)
+    monkeypatch.setattr(commands, 'resolve_dataset', lambda *args, **kwargs: data)
     folder = tmp_path / 'plots'
     assert main(['evaluate', '-m', 'grid', '--dataset', 'voc', '--plots', str(folder),
                  '--confusion-score', '0.1']) == 0
@@ -178,7 +178,7 @@ def test_evaluate_plots_writes_the_three_pictures(tmp_path, monkeypatch, capsys)
         assert_picture(str(folder / name))
     assert 'pictures written: %s' % (folder / 'pr_curves.png') in out
 
-    result = infer.evaluate_model('grid', 'voc', plots=str(tmp_path / 'again'), progress=False)
+    result = commands.evaluate_model('grid', 'voc', plots=str(tmp_path / 'again'), progress=False)
     drawn = result.pop('plots')
     for name in (plots.EVALUATION_FILES[0], plots.EVALUATION_FILES[2]):
         aps = drawn[str(tmp_path / 'again' / name)]

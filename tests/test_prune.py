@@ -14,7 +14,8 @@ from gluondet.errors import UserError
 from gluondet import cli
 from gluondet.data.demo import DEMO_CLASSES
 from gluondet.deploy import compare_detections, detecting_random_weights
-from gluondet.deploy.predictor import Predictor, load_network
+from gluondet.deploy.networks import load_network
+from gluondet.deploy.predictor import Predictor
 from gluondet.deploy.symbol import ssd_body
 from gluondet.engine.checkpoint import save_params
 from gluondet.model_zoo import get_model
@@ -192,7 +193,7 @@ def test_pruned_model_runs_rebuilds_exports_with_parity(family, tmp_path):
     onnx = pytest.importorskip('onnx')  # noqa: F841
     pytest.importorskip('onnxruntime')
     from export_checks import run_onnx
-    from gluondet.deploy.infer import export_model
+    from gluondet.deploy.commands import export_model
     path = str(tmp_path / 'pruned.onnx')
     export_model(result['params'], path)
     comparison = compare_detections(pruned(x), run_onnx(path, x))

@@ -524,7 +524,7 @@ def test_tao_sample_spec_trains_evaluates_prunes_retrains_exports(tmp_path, bccd
     import numpy as np
     from export_checks import checked_detector, run_onnx
     from gluondet.deploy.compare import compare_detections
-    from gluondet.deploy.predictor import apply_nms, load_network
+    from gluondet.deploy.networks import apply_nms, load_network
     onnx_file = str(tmp_path / 'export' / 'model.onnx')
     assert gluondet_cli.main(['export', '-m', retrained, '-o', onnx_file, '-e', retrain, '-k',
                               'tlt_encode', '--gen_ds_config']) == 0

@@ -4,7 +4,7 @@ import os
 import cv2
 import numpy as np
 
-from gluondet.tools.visualize import class_colors, draw_boxes, image_grid, save_image
+from gluondet.visualize import class_colors, draw_boxes, image_grid, save_image
 
 
 def test_draw_boxes_draws_kept_rows_only():

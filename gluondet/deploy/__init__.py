@@ -5,7 +5,8 @@ onnx, or say how to install it).
 """
 from ..optional import require
 from .compare import DetectionComparison, compare_detections, detecting_random_weights
-from .predictor import Detections, Predictor, load_network
+from .networks import load_network
+from .predictor import Detections, Predictor
 from .symbol import export_symbol
 
 __all__ = ['export_symbol', 'export_onnx', 'UnsupportedOperatorError', 'compare_detections',

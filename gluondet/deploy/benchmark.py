@@ -43,8 +43,9 @@ from ..files import atomic_write
 from ..model_zoo import get_model, get_model_info
 from .calibration import _import_cudart, _import_tensorrt
 from .compare import detecting_random_weights
-from .infer import export_model
-from .predictor import _BACKEND_OF, BACKENDS, Predictor, _pair, _source_kind
+from .commands import export_model
+from .predictor import Predictor
+from .sources import BACKEND_OF, BACKENDS, shape_pair, source_kind
 
 __all__ = ['FORMAT', 'benchmark', 'load', 'time_runs', 'statistics', 'parse_batch_sizes',
            'format_table', 'machine', 'versions']
@@ -96,7 +97,7 @@ def _random_params(model, classes, data_shape, path):
                          % model)
     net = get_model(model, pretrained_base=False,
                     **({} if info.classes else {'classes': tuple(classes)}))
-    spec = preprocessing_of(net, None if data_shape is None else _pair(data_shape))
+    spec = preprocessing_of(net, None if data_shape is None else shape_pair(data_shape))
     batch = _input_batch(Predictor(_Shapeless(), net.classes, spec), 1)
     detecting_random_weights(net, mx.nd.array(batch))
     net.save_parameters(path)
@@ -130,8 +131,8 @@ def load(model, backend=None, params=None, pretrained=False, data_shape=None, cl
         ``weights`` (``'random'``, ``'pretrained'``, a params path, or ``'exported'``) and
         ``exported`` (the format a Gluon network was exported to for this run, or None).
     """
-    kind = _source_kind(os.fspath(model))
-    backend = backend or _BACKEND_OF[kind]
+    kind = source_kind(os.fspath(model))
+    backend = backend or BACKEND_OF[kind]
     if backend not in BACKENDS:
         raise ValueError('backend must be one of %s, got %r' % (', '.join(BACKENDS), backend))
     if kind == 'symbol' and backend != 'mxnet':
@@ -317,7 +318,7 @@ def benchmark(model, backend=None, batch_sizes='1', params=None, pretrained=Fals
     if iters is None and seconds is None:
         iters = DEFAULT_ITERS
     model = os.fspath(model)
-    chosen = backend or _BACKEND_OF[_source_kind(model)]
+    chosen = backend or BACKEND_OF[source_kind(model)]
     if chosen == 'tensorrt' and threads is not None:
         raise ValueError('threads are for the CPU backends (MXNet, ONNX Runtime): TensorRT '
                          'runs on the GPU')

@@ -7,9 +7,8 @@ import numpy as np
 from mxnet import autograd, gluon
 from mxnet.gluon import nn
 
-from ..model_zoo.faster_rcnn import FasterRCNN
-from ..model_zoo.retinanet import RetinaNet
 from ..nn.roi import roi_rows
+from .postprocess import postprocess_of
 from .symbol import ssd_body
 
 __all__ = ['DetectionComparison', 'compare_detections', 'detecting_random_weights']
@@ -129,20 +128,20 @@ def detecting_random_weights(net, x, seed=0, class_std=2.0, max_gap=6.0):
     ulps by which two runtimes' softmax roundings differ, and the two can then order
     them, hence resolve their overlap in NMS, differently.
 
-    A Faster R-CNN's RPN is scaled first, to objectness logits of std ``class_std``
-    (at most ``max_gap`` / 2 from 0, for the same reason: many proposals of similar
-    scores overlap) and offsets of std 0.25 (at most 1: proposals near their anchors);
-    then its class and box predictors as above, measured on the regions it proposes.
+    How the predictors are scaled is the post-processing kind's
+    (:mod:`gluondet.deploy.postprocess`, ``detecting_weights``): :func:`softmax_detecting`,
+    :func:`sigmoid_detecting`, :func:`rcnn_detecting`.
 
     Parameters
     ----------
-    net : :class:`~gluondet.model_zoo.ssd.SSD` or :class:`~gluondet.model_zoo.faster_rcnn.FasterRCNN`
-        Not initialized yet; not hybridized.
+    net : Detector (:mod:`gluondet.model_zoo`)
+        Of a ``postprocess_kind`` deploy knows; not initialized yet; not hybridized.
     x : NDArray
         A normalized input batch at the network's data shape.
     seed : int
         Seeds MXNet's and numpy's draws: the same weights whatever ran before.
     """
+    fit = globals()[postprocess_of(net).detecting_weights]     # an unknown kind fails first
     mx.random.seed(seed)
     net.initialize()
     rng = np.random.RandomState(seed)
@@ -162,12 +161,13 @@ def detecting_random_weights(net, x, seed=0, class_std=2.0, max_gap=6.0):
     for hook in hooks:
         hook.detach()
 
-    if isinstance(net, FasterRCNN):
-        _rcnn_detecting(net, x, class_std, max_gap)
-        return
-    if isinstance(net, RetinaNet):
-        _retinanet_detecting(net, x, class_std, max_gap)
-        return
+    fit(net, x, class_std, max_gap)
+
+
+def softmax_detecting(net, x, class_std, max_gap):
+    """The ``softmax_nms`` part of :func:`detecting_random_weights` (SSD's): logits of std
+    ``class_std``, an anchor's within ``max_gap`` of its best; box offsets of std 1, at most 4.
+    """
     symbol = ssd_body(net, x.shape[2:])[0]
     cls_preds, box_preds = (o.asnumpy() for o in gluon.SymbolBlock(
         symbol, mx.sym.var('data', dtype='float32'), params=net.collect_params())(x))
@@ -199,8 +199,8 @@ def _fit(layer, outputs, std, largest=None, gap=None):
                         * float(factor))
 
 
-def _retinanet_detecting(net, x, class_std, max_gap):
-    """The RetinaNet part of :func:`detecting_random_weights`.
+def sigmoid_detecting(net, x, class_std, max_gap):
+    """The ``sigmoid_topk_nms`` part of :func:`detecting_random_weights` (RetinaNet's).
 
     The heads' convolutions get He (MSRA) initial weights, so their outputs keep the scale
     of the pyramid's (the paper's N(0, 0.01) shrinks them a hundredfold, and rescaling
@@ -225,8 +225,8 @@ def _retinanet_detecting(net, x, class_std, max_gap):
         bias.set_data(bias.data() - 2)
 
 
-def _rcnn_detecting(net, x, class_std, max_gap):
-    """The Faster R-CNN part of :func:`detecting_random_weights`.
+def rcnn_detecting(net, x, class_std, max_gap):
+    """The ``rcnn`` part of :func:`detecting_random_weights` (Faster R-CNN's).
 
     Random regions look alike, so their logits differ mostly by class: every output of
     the RPN's and the R-CNN's predictors is centred on its mean before scaling (the RPN

@@ -26,14 +26,14 @@ to the input (``maintain-aspect-ratio=0``), as gluondet resizes them; keep-ratio
 scales an image to fit the whole input where gluondet resizes the short side to ``short``
 within ``max_size``: the two agree for images whose aspect ratio the input's fits.
 
-Post-processing. The model already ends with its NMS (``cluster-mode=4``: none more) and
+Post-processing. The model already ends with its NMS (``cluster-mode=4``: none more; the
+comment names what its post-processing kind computes, :mod:`gluondet.deploy.postprocess`) and
 returns ``ids`` and ``scores`` (``B x K x 1``, id -1 on padding rows) and ``boxes`` (``B x
 K x 4``, ``xmin, ymin, xmax, ymax`` in network-input pixels). DeepStream's built-in
 detector parsers read other layouts, so a parser for these tensors is needed
 (``parse-bbox-func-name`` and ``custom-lib-path``), or ``output-tensor-meta=1`` and the
 tensors read in a probe; the file says so in a comment.
 """
-import json
 import logging
 import os
 import textwrap
@@ -43,6 +43,8 @@ import numpy as np
 from ..data.preprocess import input_range, preprocessing_from_metadata
 from ..files import atomic_write
 from ..optional import require
+from .postprocess import postprocess_from_metadata
+from .sources import decode_metadata
 
 __all__ = ['CONFIG_FILE', 'LABELS_FILE', 'NETWORK_MODES', 'nvinfer_properties',
            'write_deepstream_config']
@@ -69,13 +71,6 @@ def _model_io(model):
         raise ValueError('a DeepStream config needs an N x C x H x W input of fixed C; '
                          '%s is %s' % (inputs[0].name, dims))
     return dims, [o.name for o in model.graph.output]
-
-
-def _metadata(model, source):
-    try:
-        return {p.key: json.loads(p.value) for p in model.metadata_props}
-    except ValueError as err:
-        raise ValueError('%s: metadata is not gluondet\'s JSON: %s' % (source, err)) from None
 
 
 def nvinfer_properties(model, onnx_file, engine_file=None, precision='fp32',
@@ -115,13 +110,14 @@ def nvinfer_properties(model, onnx_file, engine_file=None, precision='fp32',
     if precision not in NETWORK_MODES:
         raise ValueError('precision must be one of %s, got %r' % (', '.join(NETWORK_MODES),
                                                                   precision))
-    meta = _metadata(model, source)
+    meta = decode_metadata(model.metadata_props, source)
     classes = meta.get('classes')
     if not classes:
         raise ValueError('%s records no classes: export it with gluondet' % source)
     spec = preprocessing_from_metadata(meta, source)
     if spec is None:
         raise ValueError('%s records no preprocessing (mean, std, sizes)' % source)
+    post = postprocess_from_metadata(meta, source)
     dims, outputs = _model_io(model)
     mean, std = np.array(spec['mean'], np.float64), np.array(spec['std'], np.float64)
     scale_std = float(std.mean())
@@ -171,7 +167,8 @@ def nvinfer_properties(model, onnx_file, engine_file=None, precision='fp32',
          "ymax in network-input pixels. DeepStream's built-in parsers do not read these: set "
          'parse-bbox-func-name and custom-lib-path to a parser of them, or output-tensor-meta=1 '
          'and read the tensors in a probe'),
-        ('cluster-mode', CLUSTER_NONE, "no clustering: the model ends with its own NMS"),
+        ('cluster-mode', CLUSTER_NONE, 'no clustering: the model ends with its own NMS%s'
+         % (' (%s)' % post.description if post else '')),
         ('maintain-aspect-ratio', int(keep_ratio),
          'keep-ratio model (%s): scaled to fit, padded at the right and bottom'
          % meta.get('network', '') if keep_ratio else 'fixed-size model: stretched to the input'),
@@ -235,7 +232,7 @@ def write_deepstream_config(onnx_path, engine_path=None, precision='fp32',
         batch_size=batch_size)
     for note in notes:
         LOG.warning('DeepStream config: %s', note)
-    meta = _metadata(model, onnx_path)
+    meta = decode_metadata(model.metadata_props, onnx_path)
     header = ['DeepStream Gst-nvinfer configuration of %s (%s), written by gluondet %s export '
               '--gen-ds-config.' % (meta.get('network', 'a detector'),
                                     os.path.basename(onnx_path), __version__),

@@ -41,11 +41,10 @@ from onnx import TensorProto, helper
 
 from ..data.preprocess import preprocessing_of
 from ..files import atomic_write
-from ..model_zoo.faster_rcnn import FasterRCNN
-from ..model_zoo.retinanet import RetinaNet
 from ..nn.roi import fpn_levels
 from .onnx_graph import (GraphBuilder, add_rcnn_postprocess, add_retinanet_postprocess,
                          add_roi_align, add_rpn_proposals, add_ssd_postprocess)
+from .postprocess import postprocess_of
 from .symbol import check_float32_process, input_shape, rcnn_body, ssd_body
 
 __all__ = ['export_onnx', 'UnsupportedOperatorError', 'OPSET']
@@ -103,10 +102,11 @@ def export_onnx(net, path, data_shape, batch_size=1, dynamic_batch=False, dynami
 
     Parameters
     ----------
-    net : SSD, RetinaNet or FasterRCNN (:mod:`gluondet.model_zoo`)
-        Initialized; its ``set_nms`` settings are exported (SSD, RetinaNet: ``0 <
-        nms_thresh < 1`` and ``nms_topk > 0`` are required; Faster R-CNN: ``nms_thresh >=
-        0``, ROI Align).
+    net : Detector (:mod:`gluondet.model_zoo`)
+        Initialized, of a ``postprocess_kind`` deploy knows
+        (:mod:`gluondet.deploy.postprocess`, whose graph it gets); its ``set_nms`` settings
+        are exported (SSD, RetinaNet: ``0 < nms_thresh < 1`` and ``nms_topk > 0`` are
+        required; Faster R-CNN: ``nms_thresh >= 0``, ROI Align).
     path : str
         The ``.onnx`` file to write.
     data_shape : int or (int, int)
@@ -116,7 +116,8 @@ def export_onnx(net, path, data_shape, batch_size=1, dynamic_batch=False, dynami
     dynamic_batch : bool
         Make the batch dimension symbolic (``batch``).
     dynamic_size : bool
-        Faster R-CNN and RetinaNet: make the height and width symbolic (``height``,
+        A kind whose graph takes any size (Faster R-CNN's and RetinaNet's): make the
+        height and width symbolic (``height``,
         ``width``), any size up to ``data_shape`` (the anchors are cropped to the feature
         maps in the graph, as the network crops them), so that each image runs at its
         own size, as in Gluon.
@@ -125,10 +126,11 @@ def export_onnx(net, path, data_shape, batch_size=1, dynamic_batch=False, dynami
     metadata : dict or None
         Extra ``{key: value}`` stored in the model's metadata, values JSON-encoded
         (for example the input ``mean`` and ``std``). The model always records
-        ``classes``, ``data_shape``, ``batch_size`` (null if dynamic), ``nms`` and
-        ``preprocessing`` (:func:`~gluondet.data.preprocess.preprocessing_of` the network);
-        Faster R-CNN and RetinaNet also ``short``, ``max_size`` and ``fixed_input_size``
-        (false with ``dynamic_size``), and Faster R-CNN ``rpn`` (its proposal settings).
+        ``classes``, ``data_shape``, ``batch_size`` (null if dynamic), ``nms``,
+        ``postprocess_kind`` and ``preprocessing``
+        (:func:`~gluondet.data.preprocess.preprocessing_of` the network); a keep-ratio
+        network also ``short``, ``max_size`` and ``fixed_input_size`` (false with
+        ``dynamic_size``), and an ``rcnn`` kind ``rpn`` (its proposal settings).
 
     Returns
     -------
@@ -139,19 +141,22 @@ def export_onnx(net, path, data_shape, batch_size=1, dynamic_batch=False, dynami
     ------
     UnsupportedOperatorError
         Naming the MXNet operators and nodes of the body that cannot be converted.
+    ValueError
+        For a network of no known post-processing kind, naming it.
     """
     if opset != OPSET:
         raise ValueError('export_onnx: only opset %d is supported, got %r' % (OPSET, opset))
-    if dynamic_size and not isinstance(net, (FasterRCNN, RetinaNet)):
-        raise ValueError('export_onnx: %s takes one input size (its anchors are fixed to '
-                         'data_shape): no dynamic_size' % type(net).__name__)
+    post = postprocess_of(net)
+    if dynamic_size and not post.any_size:
+        raise ValueError('export_onnx: %s takes one input size (its %s graph has the anchors '
+                         'of data_shape as constants): no dynamic_size'
+                         % (type(net).__name__, post.kind))
     check_float32_process('export_onnx')
     shape = input_shape(data_shape, batch_size)
     symbolic = {0: 'batch'} if dynamic_batch else {}
     if dynamic_size:
         symbolic.update({2: 'height', 3: 'width'})
-    build = _rcnn_graph if isinstance(net, FasterRCNN) else _single_stage_graph
-    graph, rows, props = build(net, shape, symbolic)
+    graph, rows, props = globals()[post.onnx_graph](net, shape, symbolic)
     batch = 'batch' if dynamic_batch else shape[0]
     del graph.output[:]
     graph.output.extend(helper.make_tensor_value_info(name, TensorProto.FLOAT, [batch, rows, n])
@@ -163,7 +168,8 @@ def export_onnx(net, path, data_shape, batch_size=1, dynamic_batch=False, dynami
     model = helper.make_model(graph, producer_name='gluondet',
                               opset_imports=[helper.make_opsetid('', OPSET)])
     props = dict({'classes': list(net.classes), 'data_shape': list(shape[2:]),
-                  'batch_size': None if dynamic_batch else shape[0]}, **props)
+                  'batch_size': None if dynamic_batch else shape[0],
+                  'postprocess_kind': post.kind}, **props)
     props['preprocessing'] = preprocessing_of(net, shape[2:])
     if props['preprocessing']['resize'] == 'keep_ratio':
         props.update(short=net.short, max_size=net.max_size, fixed_input_size=not dynamic_size)
@@ -184,30 +190,43 @@ def _nms_props(nms, *keys):
                                                  'post_nms') + keys}
 
 
-def _single_stage_graph(net, shape, symbolic):
-    """SSD and RetinaNet: mx2onnx's body, then the post-processing. RetinaNet's anchors come
-    from the body (cropped to its maps: any input size); SSD's are constants."""
-    retinanet = isinstance(net, RetinaNet)
-    symbol, params, anchors, level_sizes = ssd_body(net, shape[2:], anchor_outputs=retinanet)
-    graph = _convert_body(symbol, params, [('data', shape)], symbolic)
+def _single_stage_body(net, shape, symbolic, anchor_outputs):
+    """mx2onnx's graph of a single-stage body (:func:`~gluondet.deploy.symbol.ssd_body`),
+    its constant anchors at ``shape`` and the anchors of each level."""
+    symbol, params, anchors, level_sizes = ssd_body(net, shape[2:], anchor_outputs)
+    return _convert_body(symbol, params, [('data', shape)], symbolic), anchors, level_sizes
+
+
+def softmax_nms_graph(net, shape, symbolic):
+    """``softmax_nms`` (SSD's): mx2onnx's body, then the post-processing, with the anchors
+    as constants (one input size)."""
+    graph, anchors, _ = _single_stage_body(net, shape, symbolic, anchor_outputs=False)
     nms = net.postprocess
     post = GraphBuilder('postprocess')
-    if retinanet:
-        rows = add_retinanet_postprocess(
-            post, 'cls_preds', 'box_preds', ['anchors%d' % i for i in range(len(level_sizes))],
-            level_sizes, net.num_classes, net.box_decoder.stds, net.box_decoder.clip,
-            nms.score_thresh, nms.nms_thresh, nms.nms_topk, nms.post_nms, OUTPUTS)
-    else:
-        rows = add_ssd_postprocess(post, 'cls_preds', 'box_preds', anchors, net.num_classes,
-                                   net.box_decoder.stds, nms.score_thresh, nms.nms_thresh,
-                                   nms.nms_topk, nms.post_nms, OUTPUTS)
+    rows = add_ssd_postprocess(post, 'cls_preds', 'box_preds', anchors, net.num_classes,
+                               net.box_decoder.stds, nms.score_thresh, nms.nms_thresh,
+                               nms.nms_topk, nms.post_nms, OUTPUTS)
     _append(graph, post)
     return graph, rows, {'nms': _nms_props(nms)}
 
 
-def _rcnn_graph(net, shape, symbolic):
-    """Faster R-CNN: mx2onnx's backbone + RPN head, the proposals and ROI Align, mx2onnx's
-    box head, then the detection post-processing."""
+def sigmoid_topk_nms_graph(net, shape, symbolic):
+    """``sigmoid_topk_nms`` (RetinaNet's): mx2onnx's body with each level's anchors (cropped
+    to its map: any input size), then the post-processing."""
+    graph, _, level_sizes = _single_stage_body(net, shape, symbolic, anchor_outputs=True)
+    nms = net.postprocess
+    post = GraphBuilder('postprocess')
+    rows = add_retinanet_postprocess(
+        post, 'cls_preds', 'box_preds', ['anchors%d' % i for i in range(len(level_sizes))],
+        level_sizes, net.num_classes, net.box_decoder.stds, net.box_decoder.clip,
+        nms.score_thresh, nms.nms_thresh, nms.nms_topk, nms.post_nms, OUTPUTS)
+    _append(graph, post)
+    return graph, rows, {'nms': _nms_props(nms)}
+
+
+def rcnn_graph(net, shape, symbolic):
+    """``rcnn`` (Faster R-CNN's): mx2onnx's backbone + RPN head, the proposals and ROI Align,
+    mx2onnx's box head, then the detection post-processing."""
     extractor = net.roi_extractor
     if extractor.mode != 'align':
         raise UnsupportedOperatorError("ONNX export: Faster R-CNN with roi_mode=%r is not "

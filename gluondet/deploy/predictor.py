@@ -21,9 +21,8 @@ Model sources (:meth:`Predictor.from_model`):
 - a model zoo name with ``params=`` (a gluondet or GluonCV ``.params`` file) or
   ``pretrained=True``;
 - a training output ``{prefix}_best.params`` (or any params file the engine
-  wrote) with its ``.json`` beside it (network, classes, data shape and anchor steps
-  of SSD, short side and max size of Faster R-CNN; a pruned model's channel table,
-  ``meta.pruned``, see :mod:`gluondet.model_zoo.pruned`);
+  wrote) with its ``.json`` beside it (:mod:`gluondet.metadata`; loaded by
+  :func:`~gluondet.deploy.networks.load_network`);
 - an MXNet symbol prefix (``{prefix}-symbol.json``, ``{prefix}-0000.params``,
   described by ``{prefix}-meta.json``);
 - an ONNX model (``.onnx``; classes and preprocessing from its metadata);
@@ -31,17 +30,15 @@ Model sources (:meth:`Predictor.from_model`):
   the same stem beside it (``model.engine`` -> ``model.json``).
 
 ``gluondet export`` writes the ``-meta.json`` and engine ``.json`` files
-(:func:`model_metadata`); without them ``classes`` and ``data_shape`` must be given (a
+(:func:`~gluondet.deploy.sources.model_metadata`); without them ``classes`` and ``data_shape`` must be given (a
 fixed-size model is assumed). Metadata written before ``preprocessing`` was recorded
 (SSD: ``data_shape``, ``mean``, ``std``) reads as the fixed size it describes.
 """
 import collections
-import json
 import logging
 import numbers
 import os
 
-import mxnet as mx
 import numpy as np
 from mxnet import gluon
 from tqdm import tqdm
@@ -49,23 +46,20 @@ from tqdm import tqdm
 from ..data.base import DatasetError, empty_label, read_image
 from ..data.preprocess import (check_preprocessing, fixed_size, padded_shape,
                                preprocessing_from_metadata, preprocessing_of, val_transform)
-from ..model_zoo import get_model, get_model_info
-from ..model_zoo.pruned import apply_channels, pruned_channels
+from ..metadata import read_json
 from .calibration import IMAGE_EXTENSIONS
+from .networks import load_network
 from .runners import MXNetRunner, ONNXRuntimeRunner, _symbol_prefix, _symbol_runner
+from .sources import (BACKEND_OF, BACKENDS, SOURCE_NAMES, agree, metadata_path, shape_pair,
+                      source_kind)
 from .tensorrt import TensorRTRunner
 
-__all__ = ['BACKENDS', 'Detections', 'Prediction', 'Predictions', 'Predictor', 'apply_nms',
-           'clip_boxes', 'list_images', 'load_network', 'metadata_path', 'model_metadata',
+__all__ = ['Detections', 'Prediction', 'Predictions', 'Predictor', 'clip_boxes', 'list_images',
            'rescale_boxes']
 
 logger = logging.getLogger('gluondet.deploy')
 
-BACKENDS = ('mxnet', 'onnxruntime', 'tensorrt')
 DEFAULT_BATCH_SIZE = 8          # for runners that take any batch
-METADATA_FORMAT = 'gluondet-deploy'
-ENGINE_EXTENSIONS = ('.engine', '.plan', '.trt')
-NMS_SETTINGS = ('score_thresh', 'nms_thresh', 'nms_topk', 'post_nms', 'force_nms')
 
 Detections = collections.namedtuple('Detections', ['ids', 'scores', 'boxes'])
 Detections.__doc__ = """The detections of one image, best first, padding removed.
@@ -175,240 +169,12 @@ def _as_image(image, where):
     return array
 
 
-def _pair(data_shape, what='data_shape'):
-    """``(height, width)`` from an int or a pair, checked positive."""
-    pair = (data_shape, data_shape) if isinstance(data_shape, numbers.Integral) else data_shape
-    try:
-        height, width = (int(v) for v in pair)
-        ok = height >= 1 and width >= 1 and all(float(v) == int(v) for v in pair)
-    except (TypeError, ValueError):
-        ok = False
-    if not ok:
-        raise ValueError('%s must be a positive int or (height, width), got %r'
-                         % (what, data_shape))
-    return height, width
-
-
-def _agree(known, given, what, source):
-    """``known`` (from the model), checked against ``given`` (from the caller); either may
-    be None, not both."""
-    if known is None and given is None:
-        raise ValueError('%s does not record its %s: give %s' % (source, what, what))
-    if known is not None and given is not None and known != given:
-        raise ValueError('%s has %s %s, but %s was given' % (source, what, known, given))
-    return known if known is not None else given
-
-
 def _fixed_input(runner):
     """``(height, width)`` of a runner whose ``input_shape`` is fixed, else None."""
     shape = getattr(runner, 'input_shape', None)     # symbolic (ONNX) or -1 (TensorRT): dynamic
     if shape is None or not all(isinstance(v, numbers.Integral) and v > 0 for v in shape[1:]):
         return None
     return tuple(int(v) for v in shape[1:])
-
-
-# ---------------------------------------------------------------- metadata
-
-def metadata_path(model):
-    """Where the description of a symbol prefix or a TensorRT engine lives.
-
-    ``{prefix}-meta.json`` for a symbol prefix, ``{stem}.json`` for an engine
-    file ``{stem}.engine``.
-    """
-    model = os.fspath(model)
-    if model.lower().endswith(ENGINE_EXTENSIONS):
-        return os.path.splitext(model)[0] + '.json'
-    return model + '-meta.json'
-
-
-def model_metadata(net, network, data_shape, batch_size=None, preprocessing=None, **extra):
-    """The description of an exported detector, as its ONNX metadata holds it.
-
-    Parameters
-    ----------
-    net : SSD, RetinaNet or FasterRCNN (:mod:`gluondet.model_zoo`)
-    network : str
-        The model zoo name.
-    data_shape : int or (int, int)
-        Input ``(height, width)`` of the export (a fixed-size ONNX model's or engine's
-        input, the largest input of one that takes any size, the size a symbol was traced
-        at).
-    batch_size : int or None
-        The fixed batch, None if the model takes several.
-    preprocessing : dict, optional
-        Default: :func:`~gluondet.data.preprocess.preprocessing_of` the network (an SSD
-        at ``data_shape``; a Faster R-CNN with its ``short`` and ``max_size``).
-    **extra
-        More keys (for example ``precision`` of an engine).
-
-    Returns
-    -------
-    dict
-        JSON-ready: ``format``, ``network``, ``classes``, ``data_shape`` ``[height,
-        width]``, ``batch_size``, ``nms`` (the network's settings of :data:`NMS_SETTINGS`),
-        ``preprocessing``, ``mean``, ``std`` (also
-        inside ``preprocessing``; kept at the top for readers of older metadata), then
-        ``extra``.
-    """
-    post = net.postprocess
-    shape = _pair(data_shape)
-    preprocessing = preprocessing or preprocessing_of(net, shape)
-    nms = {key: getattr(post, key) for key in NMS_SETTINGS if hasattr(post, key)}
-    return dict(format=METADATA_FORMAT, network=network, classes=list(net.classes),
-                data_shape=list(shape), batch_size=batch_size, nms=nms,
-                preprocessing=preprocessing, mean=preprocessing['mean'],
-                std=preprocessing['std'], **extra)
-
-
-def apply_nms(net, nms):
-    """Set a network's inference NMS from a dict with any of ``score_thresh``,
-    ``nms_thresh``, ``post_nms`` (an experiment spec's ``nms_config``); others keep theirs."""
-    post = net.postprocess
-    if 'score_thresh' in nms:
-        post.score_thresh = nms['score_thresh']
-    net.set_nms(nms.get('nms_thresh', post.nms_thresh), post.nms_topk,
-                nms.get('post_nms', post.post_nms))
-    return net
-
-
-def _read_json(path, what):
-    try:
-        with open(path, encoding='utf-8') as f:
-            data = json.load(f)
-    except OSError as err:
-        raise FileNotFoundError('cannot read %s %s: %s' % (what, path, err.strerror)) from None
-    except ValueError as err:
-        raise ValueError('%s %s is not valid JSON: %s' % (what, path, err)) from None
-    if not isinstance(data, dict):
-        raise ValueError('%s %s: expected a JSON object' % (what, path))
-    return data
-
-
-def training_meta(params):
-    """The task meta of a params file the engine wrote (from the ``.json`` beside), or None."""
-    path = os.path.splitext(params)[0] + '.json'
-    if not os.path.isfile(path):
-        return None
-    meta = _read_json(path, 'params description').get('meta')
-    if not isinstance(meta, dict) or 'network' not in meta:
-        raise ValueError('%s does not describe a network (no meta.network): is it the json the '
-                         'training wrote beside %s?' % (path, params))
-    if not isinstance(meta.get('model_kwargs', {}), dict):
-        raise ValueError('%s: meta.model_kwargs must be an object of network arguments'
-                         % path)
-    return meta
-
-
-# ---------------------------------------------------------------- loading networks
-
-def load_network(model, params=None, pretrained=False, classes=None, data_shape=None, ctx=None):
-    """A model zoo network with its weights, from a zoo name or a training output.
-
-    Parameters
-    ----------
-    model : str
-        A zoo name (``ssd_300_mobilenet0.25_voc``), or a ``.params`` file with the
-        training's ``.json`` beside it.
-    params : str, optional
-        Weights for a zoo name (gluondet or GluonCV ``.params``); if the training's
-        ``.json`` is beside it, its classes, sizes and anchor steps are used.
-    pretrained : bool
-        Load the zoo name's published weights instead.
-    classes : sequence of str, optional
-        Class names of a ``*_custom`` name without a training json; otherwise
-        checked against the network's.
-    data_shape : int or (int, int), optional
-        Input ``(height, width)``. SSD: the size images are resized to, default the
-        training's, else the zoo's. Faster R-CNN and RetinaNet (each image keeps its
-        aspect ratio): the input of an export at one size, default ``short x max_size``
-        rounded up to the network's multiple (every landscape image fits).
-    ctx : Context, optional
-        Default: the CPU.
-
-    Returns
-    -------
-    net : :class:`~gluondet.model_zoo.ssd.SSD` or :class:`~gluondet.model_zoo.faster_rcnn.FasterRCNN`
-        Hybridized, weights loaded; a Faster R-CNN's ``short`` and ``max_size`` are
-        the training's.
-    info : dict
-        ``network``, ``classes`` (tuple), ``data_shape`` ``(height, width)`` and
-        ``preprocessing`` (see :mod:`gluondet.data.preprocess`).
-    """
-    ctx = ctx or mx.cpu()
-    if model.lower().endswith('.params'):
-        if params is not None or pretrained:
-            raise ValueError('%s is already a params file: give params/pretrained only with a '
-                             'model zoo name' % model)
-        if not os.path.isfile(model):
-            raise FileNotFoundError('params file not found: %s' % model)
-        meta = training_meta(model)
-        if meta is None:
-            raise ValueError('%s has no training json (%s) beside it: give the model zoo name, '
-                             'with this file as its params'
-                             % (model, os.path.splitext(model)[0] + '.json'))
-        network, params = meta['network'], model
-    else:
-        network, meta = model, None
-        get_model_info(network)     # an unknown name fails first, with suggestions
-        if (params is None) == (not pretrained):
-            raise ValueError('%s: give its weights, --params FILE (params=) or --pretrained '
-                             '(the published ones), not %s'
-                             % (model, 'both' if pretrained else 'neither'))
-        if params is not None:
-            if not os.path.isfile(params):
-                raise FileNotFoundError('params file not found: %s' % params)
-            meta = training_meta(params)
-            if meta is not None and meta['network'] != network:
-                raise ValueError('%s was trained as %s, not %s' % (params, meta['network'],
-                                                                   network))
-    info = get_model_info(network)
-    source = params or network
-    meta = meta or {}
-    known = info.classes or (tuple(meta['classes']) if 'classes' in meta else None)
-    classes = _agree(known, None if classes is None else tuple(classes), 'classes', source)
-    if pretrained and not info.has_weights:
-        raise ValueError('%s has no published weights: give params' % network)
-    kwargs = dict(meta.get('model_kwargs') or {})   # the architecture the training set
-    if info.classes is None:
-        kwargs['classes'] = classes
-    for key in ('steps', 'max_size'):       # SSD's anchor steps, Faster R-CNN's sizes
-        if meta.get(key):
-            kwargs[key] = meta[key]
-    if meta.get('short'):                   # a multi-scale range validates at its low end
-        kwargs['short'] = meta['short'] if np.isscalar(meta['short']) else meta['short'][0]
-    net = get_model(network, pretrained=pretrained, pretrained_base=False, ctx=ctx, **kwargs)
-    channels = pruned_channels(meta, source)    # a pruned model (gluondet prune): its widths
-    if channels:
-        apply_channels(net, channels)
-    if params is not None:
-        net.load_parameters(params, ctx=ctx)
-    net.hybridize()
-    preprocessing = preprocessing_of(net, _pair(data_shape or meta.get('data_shape')
-                                                or info.data_shape))
-    if preprocessing['resize'] == 'fixed':
-        shape = preprocessing['data_shape']
-    else:
-        sides = [preprocessing['short'], preprocessing['max_size'] or preprocessing['short']]
-        shape = data_shape or padded_shape(preprocessing, sides)
-    return net, {'network': network, 'classes': classes, 'data_shape': _pair(shape),
-                 'preprocessing': preprocessing}
-
-
-def _source_kind(model):
-    """``'onnx'``, ``'tensorrt'``, ``'symbol'`` or ``'zoo'`` (a zoo name or params file)."""
-    lower = model.lower()
-    if lower.endswith('.onnx'):
-        return 'onnx'
-    if lower.endswith(ENGINE_EXTENSIONS):
-        return 'tensorrt'
-    if lower.endswith('-symbol.json') or os.path.isfile(model + '-symbol.json'):
-        return 'symbol'
-    return 'zoo'
-
-
-_BACKEND_OF = {'zoo': 'mxnet', 'symbol': 'mxnet', 'onnx': 'onnxruntime', 'tensorrt': 'tensorrt'}
-_WHAT = {'zoo': 'a Gluon network', 'symbol': 'an MXNet symbol', 'onnx': 'an ONNX model',
-         'tensorrt': 'a TensorRT engine'}
 
 
 # ---------------------------------------------------------------- the predictor
@@ -450,7 +216,7 @@ class Predictor:
         self.classes = tuple(classes)
         self.backend = backend
         preprocessing = (check_preprocessing(preprocessing) if isinstance(preprocessing, dict)
-                         else fixed_size(_pair(preprocessing)))
+                         else fixed_size(shape_pair(preprocessing)))
         self.preprocessing = preprocessing
         fixed = _fixed_input(runner)
         if preprocessing['resize'] == 'fixed':
@@ -611,7 +377,7 @@ class Predictor:
             in MXNet, ``.onnx`` in ONNX Runtime, engines in TensorRT); another
             is an error.
         params, pretrained
-            Weights for a zoo name (see :func:`load_network`).
+            Weights for a zoo name (see :func:`~gluondet.deploy.networks.load_network`).
         data_shape : int or (int, int), optional
             Input ``(height, width)`` of a fixed-size model (SSD); needed where the
             source does not record it. A Gluon network or symbol can run at another
@@ -634,8 +400,8 @@ class Predictor:
             kind, name = 'zoo', type(model).__name__
         else:
             model = os.fspath(model)
-            kind, name = _source_kind(model), model
-        needed = _BACKEND_OF[kind]
+            kind, name = source_kind(model), model
+        needed = BACKEND_OF[kind]
         if backend is not None and backend != needed:
             if backend not in BACKENDS:
                 raise ValueError('backend must be one of %s, got %r' % (', '.join(BACKENDS),
@@ -643,11 +409,11 @@ class Predictor:
             hint = (' (export an engine from it with gluondet export --format tensorrt)'
                     if backend == 'tensorrt' else '')
             raise ValueError('%s is %s: it runs with backend %r, not %r%s'
-                             % (name, _WHAT[kind], needed, backend, hint))
+                             % (name, SOURCE_NAMES[kind], needed, backend, hint))
         classes = None if classes is None else tuple(classes)
-        shape = None if data_shape is None else _pair(data_shape)
+        shape = None if data_shape is None else shape_pair(data_shape)
         if isinstance(model, gluon.Block):
-            classes = _agree(getattr(model, 'classes', None), classes, 'classes', name)
+            classes = agree(getattr(model, 'classes', None), classes, 'classes', name)
             spec = _sized(preprocessing_of(model, shape), shape, name)
             return cls(MXNetRunner(model, ctx), classes, spec, 'mxnet')
         if kind == 'zoo':
@@ -660,13 +426,13 @@ class Predictor:
             return cls(MXNetRunner(net, ctx), info['classes'], spec, 'mxnet')
         if params is not None or pretrained:
             raise ValueError('params and pretrained go with a model zoo name, not with %s (%s)'
-                             % (_WHAT[kind], model))
+                             % (SOURCE_NAMES[kind], model))
         if kind == 'onnx':
             runner = ONNXRuntimeRunner(model, threads=threads)
             meta = runner.metadata
         else:
             path = metadata_path(_symbol_prefix(model) if kind == 'symbol' else model)
-            meta = _read_json(path, 'model description') if os.path.isfile(path) else {}
+            meta = read_json(path, 'model description') if os.path.isfile(path) else {}
             if not meta and (classes is None or shape is None):
                 raise ValueError('%s is not described by %s (gluondet export writes it): give '
                                  'classes and data_shape' % (model, path))
@@ -679,13 +445,13 @@ class Predictor:
         if spec is None or spec['resize'] == 'fixed':
             known = None if spec is None else tuple(spec['data_shape'])
             if kind == 'symbol':    # a symbol runs at any input size, like the network
-                size = shape or _agree(known, None, 'data_shape', model)
+                size = shape or agree(known, None, 'data_shape', model)
             else:
-                size = _agree(fixed or known, shape, 'data_shape', model)
+                size = agree(fixed or known, shape, 'data_shape', model)
             spec = fixed_size(size, *((spec['mean'], spec['std']) if spec else ()))
         elif fixed is None:
             spec = _sized(spec, shape, model)
-        classes = _agree(tuple(meta['classes']) if 'classes' in meta else None, classes,
+        classes = agree(tuple(meta['classes']) if 'classes' in meta else None, classes,
                          'classes', model)
         return cls(runner, classes, spec, needed)
 

@@ -6,7 +6,6 @@
 runner takes and returns is in :mod:`gluondet.deploy.predictor`, whose
 :class:`~gluondet.deploy.predictor.Predictor` runs them all the same way.
 """
-import json
 import os
 import warnings
 
@@ -15,6 +14,7 @@ import numpy as np
 from mxnet import autograd, gluon
 
 from ..optional import require
+from .sources import decode_metadata
 from .tensorrt import OUTPUT_NAMES
 
 __all__ = ['MXNetRunner', 'ONNXRuntimeRunner']
@@ -105,11 +105,7 @@ class ONNXRuntimeRunner:
         batch, *shape = inputs[0].shape
         self.input_shape = tuple(shape)
         self.batch_range = (batch, batch) if isinstance(batch, int) else (1, None)
-        props = self.session.get_modelmeta().custom_metadata_map
-        try:
-            self.metadata = {key: json.loads(value) for key, value in props.items()}
-        except ValueError as err:
-            raise ValueError('%s: metadata is not gluondet JSON (%s)' % (path, err)) from None
+        self.metadata = decode_metadata(self.session.get_modelmeta().custom_metadata_map, path)
 
     def __call__(self, batch):
         return tuple(self.session.run(list(OUTPUT_NAMES), {self.input_name: batch}))

@@ -17,7 +17,6 @@ int8 engines are calibrated with :class:`~gluondet.deploy.calibration.Calibratio
 device buffer used here).
 """
 import collections
-import json
 import logging
 import os
 import time
@@ -29,6 +28,8 @@ from ..files import atomic_write
 from ..optional import require
 from .calibration import (CalibrationBatches, _cuda, _DeviceBuffer, _import_cudart,
                           _import_tensorrt, _positive_int, make_calibrator)
+from .postprocess import postprocess_from_metadata
+from .sources import decode_metadata
 
 __all__ = ['PRECISIONS', 'OUTPUT_NAMES', 'TOPK_LIMIT', 'TensorRTRunner', 'build_engine',
            'check_tensorrt_limits', 'input_sizes', 'read_onnx_input']
@@ -41,14 +42,6 @@ OUTPUT_NAMES = ('ids', 'scores', 'boxes')   # the detector outputs, as the ONNX 
 # most 5000 boxes per image (2000 on SM 5.3 / 6.2), which the export's NMS inputs, each cut
 # by a TopK, stay under.
 TOPK_LIMIT = 3840
-# what sets each TopK of gluondet's export, by the prefix of its node names
-_TOPK_SETTINGS = {
-    'proposals': "the RPN's pre-NMS top-k (rpn_test_pre_nms, capped by the anchors of the "
-                 'input size) or its post-NMS count (rpn_test_post_nms)',
-    'postprocess': "the detection NMS (set_nms: nms_topk, post_nms; -1 keeps every candidate, "
-                   'classes x regions for Faster R-CNN; RetinaNet sorts levels x nms_topk '
-                   'candidates: set_nms(nms_topk=768) for its five levels)',
-}
 
 OnnxInput = collections.namedtuple('OnnxInput', ['name', 'shape', 'nodes'])
 OnnxInput.__doc__ = ('The single input of an ONNX model: name, NCHW shape (-1 where dynamic), '
@@ -138,7 +131,8 @@ def check_tensorrt_limits(onnx_path, model=None):
     per top-k cut of its post-processing, with ``k`` the cut (a Faster R-CNN at a large
     input with GluonCV's 6000 pre-NMS proposals, or its COCO settings that keep every
     one of classes x regions detections, exceed it). The error names each node, its
-    ``k`` and the setting behind it.
+    ``k`` and the setting behind it (the ``topk_settings`` of the post-processing kind the
+    model's metadata records, :mod:`gluondet.deploy.postprocess`).
 
     Parameters
     ----------
@@ -162,14 +156,19 @@ def check_tensorrt_limits(onnx_path, model=None):
             continue
         k = int(numpy_helper.to_array(constants[node.input[1]]).reshape(-1)[0])
         if k > TOPK_LIMIT:
-            setting = _TOPK_SETTINGS.get(node.name.split('/')[0])
-            over.append('  node %r: k = %d%s' % (node.name, k,
-                                                  ', set by %s' % setting if setting else ''))
-    if over:
-        raise ValueError('%s cannot become a TensorRT engine: TensorRT takes TopK with k <= %d, '
-                         'and\n%s\nExport with smaller settings (or a smaller input); ONNX '
-                         'Runtime runs this model as it is.' % (onnx_path, TOPK_LIMIT,
-                                                                '\n'.join(over)))
+            over.append((node.name, k))
+    if not over:
+        return
+    post = postprocess_from_metadata(decode_metadata(model.metadata_props, onnx_path), onnx_path)
+    settings = post.topk_settings if post else {}   # none recorded by older exports
+    lines = []
+    for name, k in over:
+        setting = settings.get(name.split('/')[0])
+        lines.append('  node %r: k = %d%s' % (name, k, ', set by %s' % setting if setting else ''))
+    raise ValueError('%s cannot become a TensorRT engine: TensorRT takes TopK with k <= %d, '
+                     'and\n%s\nExport with smaller settings (or a smaller input); ONNX '
+                     'Runtime runs this model as it is.' % (onnx_path, TOPK_LIMIT,
+                                                            '\n'.join(lines)))
 
 
 def input_sizes(onnx_path, model, spec):
@@ -186,7 +185,7 @@ def input_sizes(onnx_path, model, spec):
     if min(spec.shape[2:]) > 0:
         return None
     try:
-        meta = {prop.key: json.loads(prop.value) for prop in model.metadata_props}
+        meta = decode_metadata(model.metadata_props, onnx_path)
         preprocessing = preprocessing_from_metadata(meta, onnx_path)
         return input_range(preprocessing)
     except (ValueError, TypeError, KeyError) as err:

@@ -76,6 +76,7 @@ class FasterRCNN(Detector):
     """
 
     gluoncv_format = (gluoncv_rcnn.is_gluoncv_rcnn, gluoncv_rcnn.convert_faster_rcnn)
+    postprocess_kind = 'rcnn'
 
     def __init__(self, backbone, classes, fpn=None, box_features=None, short=600,
                  max_size=1000, strides=(16,), anchor_sizes=((32, 64, 128, 256, 512),),

@@ -128,6 +128,7 @@ class RetinaNet(SingleStageDetector):
     """
 
     background = False
+    postprocess_kind = 'sigmoid_topk_nms'
 
     def __init__(self, features, classes, strides=(8, 16, 32, 64, 128), ratios=(0.5, 1, 2),
                  scales=(1, 2 ** (1 / 3), 2 ** (2 / 3)), anchor_base=4, head_channels=256,

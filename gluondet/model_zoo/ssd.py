@@ -130,6 +130,7 @@ class SSD(SingleStageDetector):
     """
 
     gluoncv_format = (gluoncv_compat.is_gluoncv_ssd, gluoncv_compat.convert_ssd)
+    postprocess_kind = 'softmax_nms'
 
     def __init__(self, features, classes, sizes, ratios, steps, base_size,
                  stds=(0.1, 0.1, 0.2, 0.2), nms_thresh=0.45, nms_topk=400, post_nms=100,

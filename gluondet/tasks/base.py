@@ -12,9 +12,10 @@ from ..data.autoaugment import DetectionAutoAugment
 from ..data.batchify import Pad, PadImages, Tuple
 from ..data.preprocess import preprocessing_of
 from ..data.rcnn_transforms import RCNNTrainTransform
-from ..deploy.predictor import Predictor, training_meta
+from ..deploy.predictor import Predictor
 from ..deploy.runners import MXNetRunner
 from ..engine import GroupedBatchSampler
+from ..metadata import training_meta
 from ..metrics.evaluation import evaluate_voc07
 from ..model_zoo import get_model
 from ..model_zoo.pruned import apply_channels, pruned_channels

@@ -1,2 +1,2 @@
-"""Tools around the detectors: visualization, dataset conversion, pruning, experiment specs
-(gluondet's and NVIDIA TAO's)."""
+"""Tools around the detectors: dataset conversion, pruning, experiment specs (gluondet's and
+NVIDIA TAO's)."""

@@ -42,7 +42,7 @@ import mxnet as mx
 import numpy as np
 from mxnet.gluon import nn
 
-from ..deploy.predictor import load_network
+from ..deploy.networks import load_network
 from ..files import atomic_save, atomic_write
 from ..model_zoo.pruned import is_norm, named_blocks
 

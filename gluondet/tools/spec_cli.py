@@ -95,7 +95,7 @@ def _model(model, nms, command):
         _note(command, 'note: nms_config applies to Gluon models (.params); %s keeps the NMS '
               'it was exported with' % model)
         return model
-    from ..deploy.predictor import apply_nms, load_network
+    from ..deploy.networks import apply_nms, load_network
     return apply_nms(load_network(model)[0], nms)
 
 
@@ -107,7 +107,7 @@ def export_nms(path):
 
 def evaluate(args):
     """``gluondet evaluate -e SPEC -m MODEL``: the spec's validation data and settings."""
-    from ..deploy import infer
+    from ..deploy import commands as infer
     if args.key:
         _note('evaluate', KEY_NOTICE)
     given = [flag for flag, value in (('--dataset', args.dataset), ('--dataset-root',
@@ -162,7 +162,7 @@ def add_inference_arguments(parser):
 
 def inference(args):
     """``gluondet inference``: TAO's inference, our ``infer`` with the spec's settings."""
-    from ..deploy import infer
+    from ..deploy import commands as infer
     if args.key:
         _note('inference', KEY_NOTICE)
     images, labels = args.out_image_dir, args.out_label_dir

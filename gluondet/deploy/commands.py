@@ -42,10 +42,12 @@ from ..metrics import COCODetectionMetric
 from ..metrics.coco_eval import format_summary
 from ..metrics.confusion import ConfusionMatrix
 from ..metrics.evaluation import evaluate, evaluate_voc, voc_metric
-from ..tools.visualize import draw_boxes, save_image
+from ..visualize import draw_boxes, save_image
 from .calibration import CalibrationBatches
-from .predictor import (ENGINE_EXTENSIONS, Predictor, apply_nms, list_images, load_network,
-                        metadata_path, model_metadata)
+from .networks import apply_nms, load_network
+from .postprocess import postprocess_of
+from .predictor import Predictor, list_images
+from .sources import ENGINE_EXTENSIONS, metadata_path, model_metadata
 from .symbol import export_symbol
 from .tensorrt import build_engine
 
@@ -107,7 +109,7 @@ def export_model(network, output, fmt='onnx', params=None, pretrained=False, cla
     Each artifact carries what :meth:`Predictor.from_model` needs to run it:
     the ONNX model in its metadata, the symbol in ``PREFIX-meta.json``, the
     engine in the json of its stem (``model.engine`` -> ``model.json``, see
-    :func:`~gluondet.deploy.predictor.model_metadata`).
+    :func:`~gluondet.deploy.sources.model_metadata`).
 
     Parameters
     ----------
@@ -119,7 +121,7 @@ def export_model(network, output, fmt='onnx', params=None, pretrained=False, cla
         beside it first (``model.engine`` -> ``model.onnx``).
     fmt : {'symbol', 'onnx', 'tensorrt'}
     params, pretrained, classes, data_shape
-        See :func:`~gluondet.deploy.predictor.load_network`. A keep-ratio network's
+        See :func:`~gluondet.deploy.networks.load_network`. A keep-ratio network's
         (Faster R-CNN, RetinaNet) ONNX model and engine take any height and width up to
         ``max_size`` (rounded up to its multiple): each image at its own size, as the
         Gluon network; with ``data_shape`` they take that size only (each image resized
@@ -147,7 +149,7 @@ def export_model(network, output, fmt='onnx', params=None, pretrained=False, cla
         built, so they are there even where it cannot be).
     nms : dict, optional
         Inference NMS of the exported graph (``score_thresh``, ``nms_thresh``, ``post_nms``,
-        see :func:`~gluondet.deploy.predictor.apply_nms`); default the network's.
+        see :func:`~gluondet.deploy.networks.apply_nms`); default the network's.
 
     verbose : bool
         Print what was written (:func:`export_summary`).
@@ -191,7 +193,9 @@ def export_model(network, output, fmt='onnx', params=None, pretrained=False, cla
             batch_size=DYNAMIC_MAX_BATCH if fixed is None and fmt == 'onnx' else batch,
             num_batches=calibration_batches, cache_path=calibration_cache,
             preprocessing=spec)
-    dynamic_size = spec['resize'] == 'keep_ratio' and data_shape is None
+    # a keep-ratio network whose graph takes any size: each image at its own, as in Gluon
+    dynamic_size = (spec['resize'] == 'keep_ratio' and data_shape is None
+                    and postprocess_of(net).any_size)
     if dynamic_size:
         if spec['max_size'] is None:
             raise ValueError('%s resizes images without a max_size, so no size bounds its '
@@ -247,7 +251,7 @@ def export_summary(files, meta, dims):
     ----------
     files : list of str
     meta : dict
-        The export's :func:`~gluondet.deploy.predictor.model_metadata` (with ``precision``).
+        The export's :func:`~gluondet.deploy.sources.model_metadata` (with ``precision``).
     dims : list
         The input's ``N, C, H, W``: sizes, or names of the dimensions left free.
 

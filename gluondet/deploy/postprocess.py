@@ -1,0 +1,97 @@
+"""The post-processing kinds deploy knows: the one table export, comparison and the deployed
+model's checks read.
+
+A zoo network names what its inference does after the network body in its class attribute
+``postprocess_kind`` (data, as its preprocessing is: :mod:`gluondet.data.preprocess`), and
+an exported model records it in its metadata (``postprocess_kind``). Deploy looks the kind
+up here, never at the network's class: a new network that ends as an existing kind exports
+with no edit of deploy, and a kind not in :data:`KINDS` is refused with its name.
+
+Each row holds what deploy needs of a kind, as data (functions by their names, looked up by
+the modules that hold them: those import onnx, or this table, so it cannot import them):
+
+- ``description``: what the graph computes after the body, for messages and configs;
+- ``any_size``: whether its ONNX graph takes inputs of any height and width (the anchors
+  cropped in the graph to each feature map) or only the size it was exported at;
+- ``onnx_graph``: the name of its builder in :mod:`gluondet.deploy.onnx`, ``(net, shape,
+  symbolic) -> (graph, rows, props)``, the ONNX graph of the body and post-processing;
+- ``detecting_weights``: the name of a function of :mod:`gluondet.deploy.compare`, ``(net, x,
+  class_std, max_gap)``, that scales the predictors of a randomly initialized network so
+  that it detects many overlapping boxes
+  (:func:`~gluondet.deploy.compare.detecting_random_weights`, which ``gluondet benchmark``
+  uses for a zoo name without weights);
+- ``topk_settings``: ``{node name prefix: the setting behind its TopK}`` of the graph, which
+  TensorRT's check names when a cut is over TensorRT's limit
+  (:func:`~gluondet.deploy.tensorrt.check_tensorrt_limits`).
+"""
+import collections
+
+__all__ = ['KINDS', 'Postprocess', 'postprocess_of', 'postprocess_from_metadata']
+
+Postprocess = collections.namedtuple('Postprocess', [
+    'kind', 'description', 'any_size', 'onnx_graph', 'detecting_weights', 'topk_settings'])
+
+_DETECTION_NMS = 'the detection NMS (set_nms: nms_topk, post_nms; -1 keeps every candidate'
+
+KINDS = {row.kind: row for row in [
+    Postprocess(
+        'softmax_nms',
+        'softmax class scores (background first) at every anchor, boxes decoded from the '
+        'anchors, NMS within each class over all anchors',
+        any_size=False,     # the anchors are constants of the export's input size
+        onnx_graph='softmax_nms_graph',
+        detecting_weights='softmax_detecting',
+        topk_settings={'postprocess': _DETECTION_NMS + ')'}),
+    Postprocess(
+        'sigmoid_topk_nms',
+        'sigmoid class scores, the nms_topk best candidates of each pyramid level, boxes '
+        'decoded from the anchors, NMS within each class',
+        any_size=True,
+        onnx_graph='sigmoid_topk_nms_graph',
+        detecting_weights='sigmoid_detecting',
+        topk_settings={'postprocess': _DETECTION_NMS + '; the levels x nms_topk candidates '
+                                      'are sorted together: set_nms(nms_topk=768) for its five '
+                                      'levels)'}),
+    Postprocess(
+        'rcnn',
+        'region proposals (decoded RPN anchors, NMS), ROI Align, the box head\'s softmax '
+        'scores and class-specific boxes, NMS within each class',
+        any_size=True,
+        onnx_graph='rcnn_graph',
+        detecting_weights='rcnn_detecting',
+        topk_settings={
+            'proposals': "the RPN's pre-NMS top-k (rpn_test_pre_nms, capped by the anchors of "
+                         "the input size) or its post-NMS count (rpn_test_post_nms)",
+            'postprocess': _DETECTION_NMS + ', classes x regions)'}),
+]}
+
+
+def _lookup(kind, source):
+    if kind not in KINDS:
+        raise ValueError('%s: post-processing kind %r is not one deploy knows (%s)'
+                         % (source, kind, ', '.join(sorted(KINDS))))
+    return KINDS[kind]
+
+
+def postprocess_of(net):
+    """The :class:`Postprocess` row of a network's ``postprocess_kind``.
+
+    Raises
+    ------
+    ValueError
+        Naming the network's class and its kind (or its lack of one) and the known kinds.
+    """
+    name = type(net).__name__
+    kind = getattr(net, 'postprocess_kind', None)
+    if kind is None:
+        raise ValueError('%s declares no postprocess_kind: deploy needs one of %s (a class '
+                         'attribute naming what its inference does after the network body)'
+                         % (name, ', '.join(sorted(KINDS))))
+    return _lookup(kind, name)
+
+
+def postprocess_from_metadata(meta, source):
+    """The :class:`Postprocess` row an exported model's metadata names, or None for a model
+    exported before it was recorded; ValueError naming ``source`` for an unknown kind."""
+    kind = meta.get('postprocess_kind')
+    return None if kind is None else _lookup(kind, source)
