@@ -8,7 +8,8 @@ heavy imports happen inside ``run`` so ``gluondet --help`` stays fast. ``export`
 import argparse
 import sys
 
-from .errors import UserError, add_debug_flag, run_main
+from .dataset_flags import add_dataset_args, dataset_kwargs
+from .errors import ArgumentParser, UserError, add_debug_flag, run_main
 
 
 def _demo_arguments(parser):
@@ -152,24 +153,9 @@ def _infer(args):
 def _evaluate_arguments(parser):
     _model_arguments(parser)
     add = parser.add_argument
-    add('--dataset', choices=('voc', 'coco', 'kitti', 'rec'),
-        help='labelled with the classes of the model (rec: RecordIO files, --rec); required '
-             'unless -e names a spec')
-    add('--dataset-root',
-        help='the data, or a folder holding it (default ~/.mxnet/datasets, GluonCV\'s, with '
-             'voc/VOC2007 and coco/annotations): voc: a VOC folder, VOCdevkit or LabelImg '
-             'folder; coco: GluonCV\'s layout; kitti: {split}/image_2 and label_2 (the same as '
-             "train_*.py's --dataset-root)")
-    add('--split',
-        help="what train_*.py's --val-split takes, comma-separated: voc: split lists of a VOC "
-             'folder (default val), YEAR_NAME in a VOCdevkit (default 2007_test), subfolders '
-             'of a LabelImg folder (default: the folder itself, else val); coco: annotation '
-             'file name (default instances_val2017); kitti: subfolder (default val)')
-    add('--annotation-file', help='coco: a COCO json (instead of --dataset-root)')
-    add('--image-root', help="coco: the folder the json's file names are relative to "
-                             "(default: the json's folder)")
-    add('--rec', '--val-rec', dest='records',
-        help='rec: a .rec file or a glob of shards (gluondet convert), as train_*.py --val-rec')
+    # the validation data's flags of train_*.py; --classes is the model's
+    add_dataset_args(parser, roles=('val',), dataset=None, classes=False)
+    add = parser.add_argument
     add('--iou-thresh', type=float,
         help="least IoU of a match (default 0.5, or the spec's matching_iou_threshold)")
     add('--ap', choices=('11point', 'area'),
@@ -189,16 +175,15 @@ def _evaluate(args):
     if args.experiment_spec:
         from .tools import spec_cli
         return spec_cli.evaluate(args)
-    if args.dataset is None:
+    if not (args.dataset or args.val_json or args.val_rec):
         raise UserError('give --dataset (or -e SPEC)')
     if args.key:
         print('gluondet evaluate: -k: ignored', file=sys.stderr)
+    data = dataset_kwargs(args, 'val')
     infer.evaluate_model(
-        model=args.model, dataset=args.dataset,
-        dataset_root=args.dataset_root, split=args.split, annotation_file=args.annotation_file,
-        image_root=args.image_root, backend=args.backend, params=args.params,
-        pretrained=args.pretrained, data_shape=args.data_shape, classes=args.classes,
-        batch_size=args.batch_size, records=args.records, iou_thresh=args.iou_thresh or 0.5,
+        model=args.model, dataset_root=data.pop('root'), **data, backend=args.backend,
+        params=args.params, pretrained=args.pretrained, data_shape=args.data_shape,
+        classes=args.classes, batch_size=args.batch_size, iou_thresh=args.iou_thresh or 0.5,
         ap=args.ap or '11point', plots=args.plots, confusion_score=args.confusion_score)
     return 0
 
@@ -374,7 +359,7 @@ COMMANDS = [
 def build_parser():
     """The ``gluondet`` parser, a subparser per command of ``COMMANDS``."""
     from . import __version__
-    parser = argparse.ArgumentParser(prog='gluondet', description='Object detection on MXNet Gluon.')
+    parser = ArgumentParser(prog='gluondet', description='Object detection on MXNet Gluon.')
     parser.add_argument('--version', action='version', version='gluondet ' + __version__)
     sub = parser.add_subparsers(dest='command', metavar='command')
     for name, help_text, add_arguments, run in COMMANDS:

@@ -3,11 +3,13 @@
 Every entry point (the training scripts, each ``gluondet`` command) runs through
 `run_main`: an error a user can cause (a bad flag value, a file that is missing, unreadable
 or unwritable, data that does not parse, a checkpoint of another network, a missing optional
-package) prints ``PROG: error: MESSAGE`` on stderr and exits 1; a Ctrl-C before training
+package) prints ``PROG: error: MESSAGE`` on stderr and exits 1 (a malformed command line,
+`ArgumentParser`: 2); a Ctrl-C before training
 has anything to save prints ``PROG: interrupted`` and exits 130. Anything else is a bug:
 its traceback, then a line asking for a report. ``--debug`` (or ``GLUONDET_DEBUG=1``) shows
 the traceback of every error.
 """
+import argparse
 import os
 import sys
 import traceback
@@ -28,6 +30,14 @@ def debug_requested(argv=None):
     """Whether ``--debug`` is among the arguments or ``GLUONDET_DEBUG`` is set (not 0)."""
     argv = sys.argv[1:] if argv is None else argv
     return '--debug' in argv or os.environ.get(DEBUG_ENV, '0') not in ('', '0')
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """An argparse parser whose usage errors are one line too, ``PROG: error: MESSAGE (see
+    --help)``, exit status 2 (argparse's own prints the whole usage first)."""
+
+    def error(self, message):
+        self.exit(2, '%s: error: %s (see --help)\n' % (self.prog, message))
 
 
 def add_debug_flag(parser):

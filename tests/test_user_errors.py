@@ -98,7 +98,6 @@ SCRIPT_MISTAKES = [
     (('train_ssd.py',), ['--resume', 'weights.txt'], ["resume must be '', 'auto'"]),
     (('train_ssd.py', 'train_retinanet.py'), ['--dataset', 'voc', '--dataset-root', 'nowhere',
                                               '--classes', 'a'], ['nowhere']),
-    (('train_ssd.py',), ['--dataset', 'vocc'], ['vocc']),
     (('train_ssd.py',), ['--train-json', '{bad_json}'], ['--train-json and --val-json']),
     (('train_retinanet.py',), ['--train-json', '{bad_json}', '--val-json', '{bad_json}'],
      ['{bad_json}']),
@@ -186,6 +185,20 @@ def test_a_gluondet_command_mistake_is_one_line(argv, expected, files, tmp_path,
     monkeypatch.chdir(tmp_path)
     code = gluondet_cli.main([a.format(**files) for a in argv])
     _one_line_error(capsys, code, 'gluondet ' + argv[0], [e.format(**files) for e in expected])
+
+
+@pytest.mark.parametrize('argv', [['--dataset', 'vocc'], ['--gpus'], ['--batch-size', 'x']])
+def test_a_malformed_command_line_is_one_line(argv, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        _script_main('train_ssd.py')(argv)
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and ': error: argument ' in err, err
+    assert err.strip().endswith('(see --help)')
+    with pytest.raises(SystemExit):
+        gluondet_cli.main(['evaluate'] + argv)
+    err = capsys.readouterr().err
+    assert err.startswith('gluondet evaluate: error: ') and len(err.strip().splitlines()) == 1
 
 
 def test_debug_shows_the_traceback(files, tmp_path, capsys, monkeypatch):

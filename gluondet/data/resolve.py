@@ -17,6 +17,7 @@ import os
 
 import numpy as np
 
+from ..dataset_flags import DATASETS
 from .base import DatasetError
 from .coco import COCODetection
 from .demo import DemoDetection
@@ -27,7 +28,6 @@ from .voc import VOCDetection, detect_layout, layout_error
 __all__ = ['DATASETS', 'DEFAULT_ROOT', 'DEFAULT_SPLITS', 'check_classes_found', 'resolve_dataset',
            'split_names']
 
-DATASETS = ('voc', 'coco', 'kitti', 'demo', 'rec')
 DEFAULT_ROOT = os.path.join('~', '.mxnet', 'datasets')
 # The split used when none is named: (training, validation or evaluation), as GluonCV's
 # scripts (VOC07+12 trainval / VOC07 test, COCO train2017 / val2017).

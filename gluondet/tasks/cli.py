@@ -13,8 +13,8 @@ import re
 import sys
 import tempfile
 
-from ..data import resolve_dataset
-from ..errors import UserError, add_debug_flag
+from ..dataset_flags import add_dataset_args, resolve_datasets
+from ..errors import ArgumentParser, UserError, add_debug_flag
 from ..engine import HookBase, TrainConfig
 from ..engine.config import KV_STORES
 from ..engine.context import make_contexts
@@ -56,27 +56,7 @@ def add_training_args(parser, epochs, lr, lr_decay_epoch, batch_size, wd=0.0005,
             help='images per step over all devices and processes; a number that does not '
                  'split over the processes is rounded down to one that does')
     parser.set_defaults(batch_per_device=batch_per_device)
-    add('--dataset', default='voc',
-        help='voc, coco, kitti, demo (the embedded synthetic set) or rec (RecordIO files of '
-             'gluondet convert: --train-rec, --val-rec)')
-    add('--dataset-root', default='~/.mxnet/datasets/',
-        help='dataset folder: VOCdevkit parent, COCO root, KITTI root, or a VOC-style folder')
-    add('--classes', default='', help='comma-separated class names of a custom VOC/KITTI set')
-    add('--allow-missing-classes', action='store_true',
-        help='train --classes that have no box in the training data (else an error)')
-    add('--class-mapping', type=class_mapping,
-        help='KITTI types to classes, many to one, e.g. car=car,van=car,pedestrian=person '
-             "(TAO's target_class_mapping; other types are dropped)")
-    add('--train-json', default='', help='COCO json of the training images (custom COCO data)')
-    add('--val-json', default='', help='COCO json of the validation images')
-    add('--image-root', default='', help='folder the COCO file names are relative to')
-    add('--train-rec', default='',
-        help='RecordIO training data (--dataset rec): a .rec file or a glob of shards, as '
-             "gluondet convert writes them (with PREFIX.json beside them for the class names)")
-    add('--val-rec', default='', help='RecordIO validation data (--dataset rec)')
-    add('--train-split', default='train',
-        help='split(s) to train on in a VOC-style folder, comma-separated (e.g. trainval)')
-    add('--val-split', default='val', help='split(s) to validate on in a VOC-style folder')
+    add_dataset_args(parser)
     add('--num-workers', '-j', dest='num_workers', type=int, default=4,
         help='data loading worker processes')
     parser.add_argument('--gpus', help="GPUs to train on, e.g. '0,1'; '' for the CPU (unset: "
@@ -208,53 +188,11 @@ def check_writable(prefix, flag):
                                                              err.strerror or err)) from None
 
 
-def class_mapping(text):
-    """``--class-mapping car=car,van=car`` -> ``{'car': 'car', 'van': 'car'}``."""
-    mapping = {}
-    for item in filter(None, (v.strip() for v in text.split(','))):
-        source, sep, target = (v.strip() for v in item.partition('='))
-        if not sep or not source or not target:
-            raise argparse.ArgumentTypeError('expected type=class,..., got %r' % item)
-        mapping[source] = target
-    if not mapping:
-        raise argparse.ArgumentTypeError('expected type=class,..., got %r' % text)
-    return mapping
-
-
-def _split_list(text):
-    return tuple(v.strip() for v in str(text).split(",") if v.strip())
-
-
-# add_training_args' split defaults, which stand for the dataset's own default split
-# (GluonCV's VOC07+12 trainval and VOC07 test in a VOCdevkit, COCO train2017 and val2017).
-FLAG_SPLIT_DEFAULTS = ('train', 'val')
-
-
 def build_datasets(args):
-    """``(train, val)`` datasets for ``--dataset`` and its companion flags.
-
-    Both come from :func:`gluondet.data.resolve_dataset`, as ``gluondet evaluate``'s do;
-    ``--train-json`` and ``--val-json`` name COCO data whatever ``--dataset`` says, and
-    ``--train-rec`` and ``--val-rec`` record files. A bad flag or folder exits with one line
-    naming it.
-    """
-    jsons = (args.train_json, args.val_json)
-    if any(jsons) and not all(jsons):
-        raise UserError('--train-json and --val-json go together')
-    records = (getattr(args, 'train_rec', ''), getattr(args, 'val_rec', ''))
-    if any(records) and not all(records):
-        raise UserError('--train-rec and --val-rec go together')
-    name = 'coco' if all(jsons) else 'rec' if all(records) else args.dataset
-    datasets = []
+    """``(train, val)`` datasets of the dataset flags (`gluondet.dataset_flags`); a bad flag or
+    folder is one line naming it."""
     try:
-        for train, split, json_file, default, rec in zip(
-                (True, False), (args.train_split, args.val_split), jsons, FLAG_SPLIT_DEFAULTS,
-                records):
-            datasets.append(resolve_dataset(
-                name, args.dataset_root, None if json_file or split == default else split,
-                _split_list(args.classes) or None, json_file or None, args.image_root or None,
-                train=train, class_mapping=getattr(args, 'class_mapping', None),
-                records=rec or None, allow_missing_classes=args.allow_missing_classes))
+        datasets = resolve_datasets(args)
     except ValueError as err:     # DatasetError included
         raise _user_error(err) from None
     paths = [[ds.image_path(i) for i in range(len(ds))] for ds in datasets]
@@ -425,7 +363,7 @@ class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
 
 
 def parser(description):
-    return argparse.ArgumentParser(description=description, formatter_class=_HelpFormatter)
+    return ArgumentParser(description=description, formatter_class=_HelpFormatter)
 
 
 def add_network_arg(parser, default, names):

@@ -34,6 +34,8 @@ from collections import Counter
 
 import numpy as np
 
+from ..dataset_flags import add_dataset_args, class_list, dataset_kwargs
+
 __all__ = ['add_arguments', 'convert', 'main', 'partition', 'record_name', 'shard']
 
 logger = logging.getLogger('gluondet')
@@ -289,34 +291,12 @@ def _summary(prefix, classes, folds, report, dataset, options, settings):
 
 # ---------------------------------------------------------------- command line
 
-def _class_mapping(text):
-    from ..tasks.cli import class_mapping  # the training scripts' parser of the same flag
-    return class_mapping(text)
-
-
 def add_arguments(parser):
-    """``gluondet convert``'s flags: the training scripts' dataset flags, then TAO's."""
+    """``gluondet convert``'s flags: the training scripts' dataset flags for the data it reads
+    (`gluondet.dataset_flags`, ``--classes`` with ``--class-mapping``: the classes written, in
+    this order), then TAO's."""
+    add_dataset_args(parser, roles=('train',), dataset=None)
     add = parser.add_argument
-    add('--dataset', required=True, choices=('voc', 'coco', 'kitti', 'demo', 'rec'),
-        help='the input format, as train_*.py --dataset')
-    add('--dataset-root', help="the data, or a folder holding it (as train_*.py; default "
-                               "~/.mxnet/datasets)")
-    add('--split', '--train-split', dest='split',
-        help="what to convert, as train_*.py's --train-split: VOC split lists or LabelImg "
-             'subfolders (comma-separated), COCO annotation name, KITTI subfolder (default: '
-             "the dataset's training split)")
-    add('--classes', help='comma-separated class names: those read (as train_*.py), or with '
-                          '--class-mapping those written, in this order')
-    add('--allow-missing-classes', action='store_true',
-        help='convert --classes that have no box in the data (else an error)')
-    add('--class-mapping', type=_class_mapping,
-        help="dataset classes to written classes, many to one (TAO's target_class_mapping), "
-             'e.g. car=car,van=car,pedestrian=person; other classes are dropped')
-    add('--train-json', '--annotation-file', dest='annotation_file',
-        help='coco: a COCO json (custom COCO data)')
-    add('--image-root', help="coco: the folder the json's file names are relative to")
-    add('--rec', '--train-rec', dest='records',
-        help='rec: record files to convert again (a .rec or a glob of shards)')
     add('-o', '--output', required=True,
         help='output path prefix: PREFIX-fold-000-of-00N-shard-00000-of-0000M.rec/.idx and '
              'PREFIX.json')
@@ -335,23 +315,18 @@ def add_arguments(parser):
         help='do not decode each image before writing it')
 
 
-def _split_classes(text):
-    return tuple(v.strip() for v in (text or '').split(',') if v.strip()) or None
-
-
 def run(args):
     """Convert as the parsed flags say; print what was written. Returns the summary."""
     from ..data import resolve_dataset
-    classes = _split_classes(args.classes)
+    classes = class_list(args.classes) or None
     mapping = args.class_mapping
-    source = tuple(mapping) if mapping else classes
-    dataset = resolve_dataset(args.dataset, args.dataset_root, args.split, source,
-                              args.annotation_file, args.image_root, train=True,
-                              on_error=args.on_error, records=args.records,
+    source = dataset_kwargs(args, 'train')
+    dataset = resolve_dataset(classes=tuple(mapping) if mapping else classes, train=True,
+                              on_error=args.on_error, **dict(source, class_mapping=None),
                               allow_missing_classes=args.allow_missing_classes or bool(mapping))
-    settings = {k: getattr(args, k) for k in ('dataset', 'dataset_root', 'split', 'classes',
-                                              'annotation_file', 'image_root', 'records')
-                if getattr(args, k) is not None}
+    names = {'root': 'dataset_root'}      # the summary's keys, as the flags' dests were
+    settings = {names.get(k, k): v for k, v in dict(source, classes=args.classes or None).items()
+                if v is not None and k != 'class_mapping'}
     summary = convert(dataset, args.output, args.partition_mode, args.num_partitions,
                       args.val_split, args.num_shards, args.seed, mapping, classes,
                       args.verify, args.on_error, settings)

@@ -13,6 +13,7 @@ import shutil
 import sys
 import tempfile
 
+from ..dataset_flags import DEFAULT_ROOT
 from . import spec as specs
 
 __all__ = ['add_spec_arguments', 'add_train_arguments', 'train', 'evaluate', 'inference',
@@ -110,10 +111,11 @@ def evaluate(args):
     from ..deploy import commands as infer
     if args.key:
         _note('evaluate', KEY_NOTICE)
-    given = [flag for flag, value in (('--dataset', args.dataset), ('--dataset-root',
-             args.dataset_root), ('--split', args.split), ('--annotation-file',
-             args.annotation_file), ('--image-root', args.image_root),
-             ('--rec', getattr(args, 'records', None))) if value]
+    given = [flag for flag, value in (
+        ('--dataset', args.dataset), ('--val-split', args.val_split),
+        ('--val-json', args.val_json), ('--image-root', args.image_root),
+        ('--val-rec', args.val_rec), ('--class-mapping', args.class_mapping),
+        ('--dataset-root', args.dataset_root != DEFAULT_ROOT)) if value]
     if given:
         return specs.main_error('evaluate', '-e takes the data from the spec: no %s'
                                 % ', '.join(given))

@@ -1,0 +1,121 @@
+"""The dataset flags, one spelling each: the training scripts (their training and validation
+data), ``gluondet evaluate`` (the data it evaluates on, the validation data) and
+``gluondet convert`` (the data it writes, read as training data) add them with
+`add_dataset_args` and turn them into datasets with `resolve_datasets`, through
+:func:`~gluondet.data.resolve_dataset`: a folder, split or file named for one works in all.
+It imports no data code until it resolves (``gluondet --help`` stays fast).
+
+``--dataset --dataset-root --classes --class-mapping --image-root``, and per role
+``--{train,val}-split``, ``--{train,val}-json``, ``--{train,val}-rec``. A command of one
+role also takes ``--split``, ``--annotation-file`` and ``--rec`` for it (earlier spellings,
+not shown in its help).
+"""
+import argparse
+
+#: The formats ``--dataset`` names (`gluondet.data.resolve_dataset`).
+DATASETS = ('voc', 'coco', 'kitti', 'demo', 'rec')
+
+__all__ = ['DATASETS', 'add_dataset_args', 'dataset_kwargs', 'resolve_datasets', 'class_list',
+           'class_mapping']
+
+ROLES = ('train', 'val')
+DEFAULT_ROOT = '~/.mxnet/datasets/'     # GluonCV's, as its scripts write it
+_ROLE_DATA = {'train': 'training', 'val': 'validation'}
+
+
+def class_list(text):
+    """``'a, b,'`` -> ``('a', 'b')``."""
+    return tuple(name.strip() for name in str(text).split(',') if name.strip())
+
+
+def class_mapping(text):
+    """``--class-mapping car=car,van=car`` -> ``{'car': 'car', 'van': 'car'}``."""
+    mapping = {}
+    for item in class_list(text):
+        source, sep, target = (v.strip() for v in item.partition('='))
+        if not sep or not source or not target:
+            raise argparse.ArgumentTypeError('expected type=class,..., got %r' % item)
+        mapping[source] = target
+    if not mapping:
+        raise argparse.ArgumentTypeError('expected type=class,..., got %r' % text)
+    return mapping
+
+
+def add_dataset_args(parser, roles=ROLES, dataset='voc', classes=True):
+    """Add the dataset flags for ``roles`` (``'train'``, ``'val'`` or both) to ``parser``.
+
+    ``dataset`` is ``--dataset``'s default (None: required unless a json or rec flag names
+    the data). ``classes=False`` leaves ``--classes`` to the command (``gluondet evaluate``'s
+    names the model's classes, which label the data).
+    """
+    add = parser.add_argument
+    add('--dataset', default=dataset, choices=DATASETS, type=str.lower,
+        help='voc (a VOC folder, VOCdevkit or LabelImg folder), coco, kitti, demo (the '
+             'embedded synthetic set) or rec (RecordIO files of gluondet convert)')
+    add('--dataset-root', default=DEFAULT_ROOT,
+        help="the data, or a folder holding it: voc: a VOC folder, a VOCdevkit or a LabelImg "
+             "folder; coco: GluonCV's layout (annotations/, train2017/); kitti: SPLIT/image_2 "
+             "and label_2; the default is GluonCV's (voc/VOC2007, coco/annotations in it)")
+    if classes:
+        add('--classes', default='',
+            help="comma-separated class names of custom data (default: the data's own)")
+    add('--class-mapping', type=class_mapping,
+        help='KITTI types to classes, many to one, e.g. car=car,van=car,pedestrian=person '
+             "(TAO's target_class_mapping; other types are dropped)")
+    if 'train' in roles:
+        add('--allow-missing-classes', action='store_true',
+            help='train --classes that have no box in the training data (else an error with '
+                 'a did-you-mean)')
+    for role in roles:
+        data = _ROLE_DATA[role]
+        add('--%s-split' % role,
+            help="the %s split(s), comma-separated: voc: split lists of a VOC folder, "
+                 "YEAR_NAME in a VOCdevkit, subfolders of a LabelImg folder; coco: an "
+                 "annotation file name; kitti: a subfolder (unset: GluonCV's, %s)"
+                 % (data, _default_split_text(role)))
+        add('--%s-json' % role, help='a COCO json of the %s data (custom COCO data)' % data)
+        add('--%s-rec' % role,
+            help='RecordIO %s data: a .rec file or a glob of shards, as gluondet convert '
+                 'writes them (PREFIX.json beside for the class names)' % data)
+    add('--image-root', help="coco: the folder the json's file names are relative to (default: "
+                             "the json's folder)")
+    if len(roles) == 1:
+        for old, flag in (('--split', 'split'), ('--annotation-file', 'json'),
+                          ('--rec', 'rec')):
+            add(old, dest='%s_%s' % (roles[0], flag), help=argparse.SUPPRESS)
+
+
+def _default_split_text(role):
+    index = ROLES.index(role)
+    return ('VOC07+12 trainval, train2017, train' if index == 0 else
+            'VOC07 test, val2017, val')
+
+
+def dataset_kwargs(args, role):
+    """The `resolve_dataset` arguments the parsed flags give ``role``'s data (a json names
+    COCO data, a rec flag records, whatever ``--dataset`` says)."""
+    json_file, records = getattr(args, role + '_json'), getattr(args, role + '_rec')
+    name = 'coco' if json_file else 'rec' if records else args.dataset
+    if name is None:
+        raise ValueError('give --dataset')
+    return dict(dataset=name, root=args.dataset_root,
+                split=None if json_file else getattr(args, role + '_split'),
+                annotation_file=json_file, image_root=args.image_root, records=records,
+                class_mapping=args.class_mapping)
+
+
+def resolve_datasets(args, roles=ROLES):
+    """A dataset per role of ``roles``, from the parsed flags (`dataset_kwargs`), with the
+    classes of ``--classes``. Training data with a json or rec flag needs its validation
+    data named the same way."""
+    if len(roles) == 2:
+        for flag in ('json', 'rec'):
+            given = [bool(getattr(args, '%s_%s' % (role, flag))) for role in roles]
+            if any(given) and not all(given):
+                raise ValueError('--train-%s and --val-%s go together' % (flag, flag))
+    from .data import resolve_dataset
+    classes = class_list(getattr(args, 'classes', '')) or None
+    return tuple(resolve_dataset(
+        classes=classes, train=role == 'train',
+        allow_missing_classes=getattr(args, 'allow_missing_classes', False),
+        **dataset_kwargs(args, role)) for role in roles)
