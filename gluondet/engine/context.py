@@ -143,6 +143,10 @@ def average_statistics(runtime, net):
     if not stats:
         return
     arrays = runtime.allreduce([p.data(runtime.ctx[0]).copy() for p in stats])
+    # Horovod's sum runs in the background: a process that exits right after (a stopped run
+    # checkpoints, and only rank 0 writes) would shut Horovod down under the others' sum
+    for summed in arrays:
+        summed.wait_to_read()
     for param, summed in zip(stats, arrays):
         param.set_data(summed / runtime.world_size)
 
