@@ -8,13 +8,14 @@ heavy imports happen inside ``run`` so ``gluondet --help`` stays fast. ``export`
 import argparse
 import sys
 
+from . import detectors
 from .dataset_flags import add_dataset_args, dataset_kwargs
 from .errors import ArgumentParser, UserError, add_debug_flag, run_main
 
 
 def _demo_arguments(parser):
     parser.add_argument('--output', default='demo_out', help='folder for the demo outputs')
-    parser.add_argument('--detector', default='ssd', choices=('ssd', 'faster_rcnn', 'retinanet'),
+    parser.add_argument('--detector', default='ssd', choices=detectors.names(),
                         help='which recipe (make demo runs the SSD one)')
     parser.add_argument('--epochs', type=int, help="training epochs (default: the recipe's)")
     parser.add_argument('--seed', type=int, help="random seed (default: the recipe's)")
@@ -191,6 +192,8 @@ def _evaluate(args):
 def _train_arguments(parser):
     from .tools import spec_cli
     spec_cli.add_train_arguments(parser)
+    parser.epilog = 'DETECTOR: %s' % ', '.join(
+        '%s (%s)' % (d.name, d.display) for d in detectors.all_detectors())
 
 
 def _train(args):
@@ -339,9 +342,10 @@ COMMANDS = [
      _evaluate_arguments, _evaluate),
     ('plot', "overlay training runs' curves (losses, learning rate, validation mAP against "
      'the epoch, as each run\'s PREFIX_curves.png) in one picture', _plot_arguments, _plot),
-    ('train', "train from an experiment spec: a gluondet .yaml/.json of the training scripts' "
-     "flags or a TAO RetinaNet spec (TAO's train -e SPEC -r RESULTS_DIR)",
-     _train_arguments, _train),
+    ('train', "train a detector: gluondet train DETECTOR [its training script's flags] (one of "
+     "the detector table's, gluondet train DETECTOR --help), or from an experiment spec: a "
+     "gluondet .yaml/.json of the scripts' flags or a TAO RetinaNet spec (TAO's train -e SPEC "
+     '-r RESULTS_DIR)', _train_arguments, _train),
     ('inference', "TAO's inference: -e SPEC -m MODEL -i IMAGES -o DRAWN [-l LABELS] [-t 0.3] "
      '(gluondet infer with the spec\'s NMS and batch size)', _inference_arguments, _inference),
     ('convert', "a dataset to sharded MXNet RecordIO files in GluonCV's detection layout, "
@@ -371,13 +375,31 @@ def build_parser():
 
 
 def main(argv=None):
-    """``gluondet COMMAND ...``: its exit status (a user's error in one line, see `errors`)."""
+    """``gluondet COMMAND ...``: its exit status (a user's error in one line, see `errors`).
+    ``gluondet train DETECTOR ...`` runs that detector's training command."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if len(argv) > 1 and argv[0] == 'train' and not argv[1].startswith('-'):
+        return _train_detector(argv[1], argv[2:])
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help()
         return 0
     return run_main(lambda _: args.run(args), argv, 'gluondet ' + args.command_name)
+
+
+def _train_detector(name, argv):
+    try:
+        detector = detectors.get(name)
+    except ValueError as err:
+        print('gluondet train: error: %s' % err, file=sys.stderr)
+        return 2
+    prog = 'gluondet train ' + detector.name
+    saved, sys.argv[0:1] = sys.argv[:1], [prog]     # its parser's prog, in usage and help
+    try:
+        return run_main(detector.main, argv, prog)
+    finally:
+        sys.argv[0:1] = saved
 
 
 if __name__ == '__main__':

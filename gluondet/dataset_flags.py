@@ -1,9 +1,9 @@
 """The dataset flags, one spelling each: the training scripts (their training and validation
 data), ``gluondet evaluate`` (the data it evaluates on, the validation data) and
 ``gluondet convert`` (the data it writes, read as training data) add them with
-`add_dataset_args` and turn them into datasets with `resolve_datasets`, through
-:func:`~gluondet.data.resolve_dataset`: a folder, split or file named for one works in all.
-It imports no data code until it resolves (``gluondet --help`` stays fast).
+`add_dataset_args` and turn them into datasets with
+:func:`gluondet.data.datasets_from_flags`: a folder, split or file named for one works in
+all. It imports no data code (``gluondet --help`` stays fast).
 
 ``--dataset --dataset-root --classes --class-mapping --image-root``, and per role
 ``--{train,val}-split``, ``--{train,val}-json``, ``--{train,val}-rec``. A command of one
@@ -15,8 +15,7 @@ import argparse
 #: The formats ``--dataset`` names (`gluondet.data.resolve_dataset`).
 DATASETS = ('voc', 'coco', 'kitti', 'demo', 'rec')
 
-__all__ = ['DATASETS', 'add_dataset_args', 'dataset_kwargs', 'resolve_datasets', 'class_list',
-           'class_mapping']
+__all__ = ['DATASETS', 'add_dataset_args', 'dataset_kwargs', 'class_list', 'class_mapping']
 
 ROLES = ('train', 'val')
 DEFAULT_ROOT = '~/.mxnet/datasets/'     # GluonCV's, as its scripts write it
@@ -102,20 +101,3 @@ def dataset_kwargs(args, role):
                 split=None if json_file else getattr(args, role + '_split'),
                 annotation_file=json_file, image_root=args.image_root, records=records,
                 class_mapping=args.class_mapping)
-
-
-def resolve_datasets(args, roles=ROLES):
-    """A dataset per role of ``roles``, from the parsed flags (`dataset_kwargs`), with the
-    classes of ``--classes``. Training data with a json or rec flag needs its validation
-    data named the same way."""
-    if len(roles) == 2:
-        for flag in ('json', 'rec'):
-            given = [bool(getattr(args, '%s_%s' % (role, flag))) for role in roles]
-            if any(given) and not all(given):
-                raise ValueError('--train-%s and --val-%s go together' % (flag, flag))
-    from .data import resolve_dataset
-    classes = class_list(getattr(args, 'classes', '')) or None
-    return tuple(resolve_dataset(
-        classes=classes, train=role == 'train',
-        allow_missing_classes=getattr(args, 'allow_missing_classes', False),
-        **dataset_kwargs(args, role)) for role in roles)

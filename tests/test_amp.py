@@ -161,9 +161,9 @@ def test_each_script_trains_an_epoch_with_amp_on_cpu(tmp_path, script):
 
 def test_amp_with_dist_async_is_refused_before_any_data_is_read(monkeypatch):
     import argparse
-    from gluondet.tasks import cli
-    monkeypatch.setattr(cli, 'check_launch', lambda args: None)    # as if under gluondet launch
+    from gluondet.train import flags
+    monkeypatch.setattr(flags, 'check_launch', lambda args: None)    # as if under gluondet launch
     args = argparse.Namespace(amp=True, kv_store='dist_async', horovod=False, gpus='',
                               save_prefix='')
     with pytest.raises(UserError, match='--amp checks the gradients .* use dist_sync'):
-        cli.check_args(args)
+        flags.check_args(args)

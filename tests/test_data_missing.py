@@ -12,7 +12,7 @@ import pytest
 from gluondet.errors import UserError
 from gluondet import cli as gluondet_cli
 from gluondet.data import COCODetection, DatasetError, resolve_dataset
-from gluondet.tasks import cli
+from gluondet.train import common
 from gluondet.tools.convert import convert
 
 from filetools import CARD_CLASSES, jpeg, write
@@ -119,13 +119,13 @@ def test_cards_training_flags_refuse_a_typo_in_classes(cards_root):
     _, args = script_args('--dataset', 'voc', '--dataset-root', images, '--val-split', 'test',
                           '--classes', ','.join(TYPED))
     with pytest.raises(UserError) as error:
-        cli.build_datasets(args)
+        common.build_datasets(args)
     assert str(error.value).startswith(
         'VOCDetection(%s, labelimg, train): %s; the annotations name: ace, jack, king, nine, '
         'queen, ten. ' % (images, DID_YOU_MEAN)), error.value
     _, args = script_args('--dataset', 'voc', '--dataset-root', images, '--val-split', 'test',
                           '--classes', ','.join(TYPED), '--allow-missing-classes')
-    train, val = cli.build_datasets(args)
+    train, val = common.build_datasets(args)
     assert (len(train), len(val), train.classes) == (296, 67, TYPED)
     # the COCO json: its categories are matched to --classes as the xml names are
     _, args = script_args('--train-json', os.path.join(cards_root, 'coco', 'instances_train.json'),
@@ -133,7 +133,7 @@ def test_cards_training_flags_refuse_a_typo_in_classes(cards_root):
                           '--image-root', images, '--classes', ','.join(TYPED))
     with pytest.raises(UserError, match=r'COCODetection\(.*instances_train\.json\): '
                                          + re.escape(DID_YOU_MEAN)):
-        cli.build_datasets(args)
+        common.build_datasets(args)
 
 
 def test_convert_refuses_a_typo_in_classes(cards_root, tmp_path, capsys):

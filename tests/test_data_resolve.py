@@ -13,7 +13,7 @@ import pytest
 
 from gluondet.data import COCODetection, DatasetError, KITTIDetection, VOCDetection
 from gluondet.data import resolve_dataset
-from gluondet.tasks import cli
+from gluondet.train import common
 
 from conftest import ROOT
 from filetools import BCCD_CLASSES, CARD_CLASSES, jpeg, write
@@ -70,12 +70,8 @@ def stems(ds):
 
 
 def script_args(*argv):
-    sys.path.insert(0, os.path.join(ROOT, 'scripts'))
-    try:
-        import train_ssd
-    finally:
-        sys.path.pop(0)
-    return train_ssd, train_ssd.parse_args(list(argv))
+    from gluondet.train import ssd
+    return ssd, ssd.parse_args(list(argv))
 
 
 # -- GluonCV's default root ---------------------------------------------------------
@@ -98,12 +94,12 @@ def test_train_ssd_finds_gluoncv_voc_as_gluoncv_does(gluoncv_home):
     """``train_ssd.py --network vgg16_atrous --dataset voc`` on a machine GluonCV set up."""
     train_ssd, args = script_args('--network', 'vgg16_atrous', '--dataset', 'voc')
     assert train_ssd.network_name(args) == 'ssd_300_vgg16_atrous_voc'
-    train, val = cli.build_datasets(args)
+    train, val = common.build_datasets(args)
     assert stems(train) == ['07a', '07b', '12a', '12b', '12c'] and stems(val) == ['07t']
     assert train.classes == VOCDetection.CLASSES
     _, args = script_args('--dataset', 'voc', '--train-split', '2007_train',
                           '--val-split', '2007_val,2012_val', '--dataset-root', gluoncv_home)
-    train, val = cli.build_datasets(args)
+    train, val = common.build_datasets(args)
     assert stems(train) == ['07a'] and stems(val) == ['07b', '12b', '12c']
 
 
@@ -114,7 +110,7 @@ def test_gluoncv_coco_layout_under_the_root(gluoncv_home):
     assert train.image_ids == [1, 2] and val.image_ids == [10, 11]   # val keeps empty images
     assert train.image_path(0) == os.path.join(gluoncv_home, 'coco', 'train2017', '1.jpg')
     _, args = script_args('--dataset', 'coco', '--classes', 'dog,cat')
-    assert [ds.image_ids for ds in cli.build_datasets(args)] == [[1, 2], [10, 11]]
+    assert [ds.image_ids for ds in common.build_datasets(args)] == [[1, 2], [10, 11]]
     assert resolve_dataset('coco', os.path.join(gluoncv_home, 'coco'), 'instances_train2017',
                            DOG).image_ids == [1, 2, 3]
     with pytest.raises(DatasetError, match=r'no annotations/instances_test2017\.json in it or in '
@@ -130,7 +126,7 @@ def test_labelimg_folder_and_split_as_train_ssd_takes_them(cards_root):
     evaluated = resolve_dataset('voc', root, 'test', CARD_CLASSES)
     _, args = script_args('--dataset', 'voc', '--dataset-root', root, '--classes',
                           ','.join(CARD_CLASSES), '--val-split', 'test')
-    train, val = cli.build_datasets(args)
+    train, val = common.build_datasets(args)
     assert evaluated.layout == 'labelimg' and len(evaluated) == 67 and len(train) == 296
     assert stems(val) == stems(evaluated)
     with pytest.raises(DatasetError, match=r'images: layout: not a VOC dataset.*subfolders '
@@ -149,7 +145,7 @@ def test_voc_folder_splits_and_coco_json(bccd_root):
     assert len(coco) == 87 and coco.classes == BCCD_CLASSES
     _, args = script_args('--train-json', os.path.join(bccd_root, 'coco', 'instances_train.json'),
                           '--val-json', json_file, '--image-root', voc)
-    assert [len(ds) for ds in cli.build_datasets(args)] == [205, 87]
+    assert [len(ds) for ds in common.build_datasets(args)] == [205, 87]
 
 
 def test_kitti_splits(tmp_path):
@@ -187,7 +183,7 @@ def test_demo_and_bad_arguments(tmp_path, caplog):
     write(tmp_path / 'a.xml', voc_xml('a'))
     write(tmp_path / 'a.jpg', jpeg())
     _, args = script_args('--dataset', 'voc', '--dataset-root', str(tmp_path), '--classes', 'dog')
-    train, val = cli.build_datasets(args)
+    train, val = common.build_datasets(args)
     assert len(train) == len(val) == 1
     assert 'the validation data is the training data' in caplog.text
 

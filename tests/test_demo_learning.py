@@ -6,10 +6,10 @@ import sys
 
 import pytest
 
-from gluondet import demo
+from gluondet import demo, detectors
 
 
-@pytest.mark.parametrize('detector', sorted(demo.RECIPES))
+@pytest.mark.parametrize('detector', [d.name for d in detectors.all_detectors() if d.demo])
 def test_run_demo_trains_prints_map_and_draws_a_preview(tmp_path, capsys, detector):
     metrics = demo.run_demo(str(tmp_path / 'out'), detector, epochs=1, num_train=16, num_val=4,
                             data_root=str(tmp_path / 'data'))
@@ -19,7 +19,7 @@ def test_run_demo_trains_prints_map_and_draws_a_preview(tmp_path, capsys, detect
     assert 'mAP %.4f' % metrics['mAP'] in last_line
     out = tmp_path / 'out'
     assert os.path.getsize(out / demo.PREVIEW_FILE) > 0
-    assert (out / (demo.RECIPES[detector].network + '_best.params')).exists()
+    assert (out / (demo.recipe_of(detector).network + '_best.params')).exists()
 
 
 @pytest.mark.parametrize('detector', [      # minutes beside another training, in CI's order

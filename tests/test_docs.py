@@ -12,6 +12,7 @@ import sys
 
 import pytest
 
+from gluondet import detectors
 from gluondet import cli as gluondet_cli
 from gluondet.model_zoo import get_model_list
 from gluondet.tools import docgen
@@ -48,7 +49,7 @@ def test_cli_page_has_every_command_and_flag(generated):
     for name, *_ in gluondet_cli.COMMANDS:
         assert '### gluondet %s\n' % name in page, name
         assert '](#gluondet-%s)' % name in page, name
-    parsers = [docgen.script_parser(d) for d, _ in docgen.DETECTORS]
+    parsers = [docgen.script_parser(d) for d in detectors.names()]
     parsers += [sub for _, _, sub in docgen._subcommands(docgen.gluondet_parser())]
     for parser in parsers:
         for action in parser._actions:

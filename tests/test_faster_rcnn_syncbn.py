@@ -146,14 +146,14 @@ def test_without_norm_layer_the_syncbn_network_trains_plain_batch_norm():
 
 def test_the_script_refuses_norm_layer_syncbn_on_the_parameter_server(monkeypatch):
     import argparse
-    from gluondet.tasks import cli
+    from gluondet.train import flags
     monkeypatch.setenv('DMLC_ROLE', 'worker')
     args = argparse.Namespace(norm_layer='syncbn', kv_store='dist_sync', horovod=False, gpus='',
                               save_prefix='')
     with pytest.raises(UserError, match='--norm-layer syncbn synchronizes BatchNorm across '
                                          r'Horovod processes, not across parameter-server '
                                          r'workers \(--kv-store dist_sync\)'):
-        cli.check_args(args)
+        flags.check_args(args)
 
 
 def test_the_script_trains_with_norm_layer_syncbn_on_the_cpu(tmp_path):

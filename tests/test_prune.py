@@ -1,7 +1,7 @@
 """gluondet prune (NVIDIA TAO's prune): the criteria, the channel groups read from each
 detector's graph, exactness at threshold 0, and a pruned model that runs, rebuilds from its
 two files, exports to ONNX with parity and retrains through the scripts' --pruned-model."""
-import importlib.util
+import importlib
 import json
 import os
 
@@ -201,10 +201,7 @@ def test_pruned_model_runs_rebuilds_exports_with_parity(family, tmp_path):
 
 
 def _script(name):
-    spec = importlib.util.spec_from_file_location(name[:-3], os.path.join(ROOT, 'scripts', name))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return importlib.import_module('gluondet.train.' + name[len('train_'):-len('.py')])
 
 
 def test_pruned_model_retrains_through_the_script_flag(family, tmp_path, monkeypatch):

@@ -370,7 +370,7 @@ def test_records_read_in_dataloader_workers(bccd_val, tmp_path):
 
 def test_rec_flags_go_together(tmp_path):
     import argparse
-    from gluondet.tasks.cli import build_datasets
+    from gluondet.train.common import build_datasets
     args = argparse.Namespace(train_json='', val_json='', train_rec='a.rec', val_rec='',
                               dataset='voc')
     with pytest.raises(UserError, match='--train-rec and --val-rec go together'):

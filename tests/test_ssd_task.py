@@ -156,12 +156,8 @@ def test_ssd_resume_after_kill_equals_the_straight_run(tmp_path):
 
 
 def _script(argv):
-    sys.path.insert(0, os.path.join(ROOT, 'scripts'))
-    try:
-        import train_ssd
-    finally:
-        sys.path.pop(0)
-    return train_ssd, train_ssd.parse_args(argv)
+    from gluondet.train import ssd
+    return ssd, ssd.parse_args(argv)
 
 
 def test_script_names_networks_as_gluoncv():
@@ -185,15 +181,15 @@ def test_script_asks_for_missing_gpus_clearly():
 
 
 def test_script_reads_the_splits_of_a_voc_folder(bccd_root):
-    from gluondet.tasks import cli
+    from gluondet.train import common
     _, args = _script(['--dataset', 'voc', '--dataset-root', os.path.join(bccd_root, 'BCCD'),
                        '--classes', 'RBC,WBC,Platelets', '--train-split', 'trainval',
                        '--val-split', 'test'])
-    train, val = cli.build_datasets(args)
+    train, val = common.build_datasets(args)
     assert (len(train), len(val)) == (292, 72)
     _, args = _script(['--dataset', 'voc', '--dataset-root', os.path.join(bccd_root, 'BCCD'),
                        '--classes', 'RBC,WBC,Platelets'])
-    assert tuple(map(len, cli.build_datasets(args))) == (205, 87)
+    assert tuple(map(len, common.build_datasets(args))) == (205, 87)
 
 
 @pytest.mark.slow

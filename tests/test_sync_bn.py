@@ -45,9 +45,9 @@ def test_synchronized_batch_norm_refuses_the_parameter_server():
 
 def test_the_scripts_refuse_syncbn_on_the_parameter_server_in_one_line(monkeypatch):
     import argparse
-    from gluondet.tasks import cli
+    from gluondet.train import flags
     monkeypatch.setenv('DMLC_ROLE', 'worker')
     args = argparse.Namespace(syncbn=True, kv_store='dist_sync', horovod=False, gpus='',
                               save_prefix='')
     with pytest.raises(UserError, match='--syncbn synchronizes BatchNorm across Horovod'):
-        cli.check_args(args)
+        flags.check_args(args)

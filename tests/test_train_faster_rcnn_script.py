@@ -16,7 +16,8 @@ from gluondet.errors import UserError
 from gluondet.data import DemoDetection
 from gluondet.engine import SampleIndex, TrainConfig
 from gluondet.engine.testing import check_resume
-from gluondet.tasks import FasterRCNNTask, cli
+from gluondet.tasks import FasterRCNNTask
+from gluondet.train import common, config as train_config
 from script_runs import run, run_cpu_command
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -57,12 +58,8 @@ GLUONCV_DATASET_DEFAULTS = {
 
 
 def _script():
-    sys.path.insert(0, os.path.join(ROOT, 'scripts'))
-    try:
-        import train_faster_rcnn
-    finally:
-        sys.path.pop(0)
-    return train_faster_rcnn
+    from gluondet.train import faster_rcnn
+    return faster_rcnn
 
 
 def _parse(*argv):
@@ -139,30 +136,30 @@ def test_dataset_defaults_fill_only_unset_flags_and_say_so():
     script = _script()
     args = _parse('--dataset', 'coco', '--lr', '0.02', '--epochs', '3')
     before = dict(vars(args))
-    resolved, message = cli.dataset_defaults(args, script.DATASET_DEFAULTS, 'voc')
+    resolved, message = train_config.dataset_defaults(args, script.DATASET_DEFAULTS, 'voc')
     assert vars(args) == before and args.wd is None         # the parsed args stay as parsed
     assert (resolved.lr, resolved.epochs) == (0.02, 3)
     assert (resolved.wd, resolved.lr_decay_epoch, resolved.lr_warmup) == (1e-4, '17,23', 1000)
     assert message == ("GluonCV's coco defaults for the flags left unset: "
                        '--lr-decay-epoch 17,23, --lr-warmup 1000, --wd 0.0001')
-    config = cli.train_config(resolved, 'x')
+    config = train_config.train_config(resolved, 'x')
     assert (config.warmup_iters, config.warmup_epochs, config.lr_decay_epoch) == (1000, 0, (17, 23))
-    resolved, message = cli.dataset_defaults(_parse('--dataset', 'demo'),
+    resolved, message = train_config.dataset_defaults(_parse('--dataset', 'demo'),
                                              script.DATASET_DEFAULTS, 'voc')
     assert message.startswith("GluonCV has none for --dataset demo; its voc defaults")
-    config = cli.train_config(resolved, 'x')
+    config = train_config.train_config(resolved, 'x')
     assert (config.epochs, config.lr, config.wd, config.warmup_iters) == (20, 0.001, 5e-4, 0)
     everything = ('--epochs', '2', '--lr', '0.1', '--lr-decay-epoch', '1', '--lr-warmup', '5',
                   '--wd', '0')
-    assert cli.dataset_defaults(_parse(*everything), script.DATASET_DEFAULTS, 'voc')[1] == ''
+    assert train_config.dataset_defaults(_parse(*everything), script.DATASET_DEFAULTS, 'voc')[1] == ''
 
 
 def test_new_engine_flags_reach_the_config():
     args = _parse('--dataset', 'demo', '--no-wd', '--clip-gradient', '5', '--mixup',
                   '--no-mixup-epochs', '3', '--lr-warmup-factor', '0.1', '--lr-warmup', '50',
                   '--disable-hybridization')
-    resolved, _ = cli.dataset_defaults(args, _script().DATASET_DEFAULTS, 'voc')
-    config = cli.train_config(resolved, 'x')
+    resolved, _ = train_config.dataset_defaults(args, _script().DATASET_DEFAULTS, 'voc')
+    config = train_config.train_config(resolved, 'x')
     assert (config.no_wd, config.clip_gradient, config.mixup, config.no_mixup_epochs) == (
         True, 5.0, True, 3)
     assert (config.warmup_factor, config.warmup_iters, config.hybridize) == (0.1, 50, False)
@@ -214,7 +211,7 @@ def test_the_log_gets_the_lines_and_with_verbose_the_trainable_parameters(caplog
     net.initialize()
     frozen = next(iter(net.collect_params().values()))
     frozen.grad_req = 'null'
-    hook = cli.StartupLog(['a notice', ''], trainable=True)
+    hook = common.StartupLog(['a notice', ''], trainable=True)
     hook.loop = types.SimpleNamespace(net=net)
     with caplog.at_level(logging.INFO, logger='gluondet'):
         hook.before_train()
@@ -242,13 +239,13 @@ def test_refusals_are_one_line_without_a_traceback(argv, message, tmp_path):
 
 
 def test_a_bad_flag_value_is_one_line():
-    resolved, _ = cli.dataset_defaults(_parse('--lr-decay-epoch', '3,x'),
+    resolved, _ = train_config.dataset_defaults(_parse('--lr-decay-epoch', '3,x'),
                                        _script().DATASET_DEFAULTS, 'voc')
     with pytest.raises(UserError, match='--lr-decay-epoch must be comma-separated'):
-        cli.train_config(resolved, 'x')
-    resolved, _ = cli.dataset_defaults(_parse('--lr', '-1'), _script().DATASET_DEFAULTS, 'voc')
+        train_config.train_config(resolved, 'x')
+    resolved, _ = train_config.dataset_defaults(_parse('--lr', '-1'), _script().DATASET_DEFAULTS, 'voc')
     with pytest.raises(UserError, match='--lr must be > 0'):
-        cli.train_config(resolved, 'x')
+        train_config.train_config(resolved, 'x')
 
 
 # The documented CPU command, run as written in a subprocess; only the demo set is smaller

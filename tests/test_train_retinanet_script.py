@@ -1,12 +1,11 @@
-"""scripts/train_retinanet.py: its flags (ODTK's and TAO's names), their translation into the
+"""train_retinanet.py (gluondet.train.retinanet): its flags (ODTK's and TAO's names), their translation into the
 task and config, refusals in one line, and the documented CPU command run as written."""
-import importlib.util
 import os
 
 import pytest
 
 from gluondet.errors import UserError
-from gluondet.tasks import cli
+from gluondet.train import config as train_config, retinanet
 from script_runs import run, run_cpu_command
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -14,10 +13,7 @@ SCRIPT = os.path.join(HERE, '..', 'scripts', 'train_retinanet.py')
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location('train_retinanet', SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return retinanet
 
 
 def _parse(*argv):
@@ -67,7 +63,7 @@ def test_network_names():
 
 
 def test_dataset_defaults_are_odtks_and_say_so():
-    resolved, message = cli.dataset_defaults(_parse('--dataset', 'demo', '--lr', '0.02'),
+    resolved, message = train_config.dataset_defaults(_parse('--dataset', 'demo', '--lr', '0.02'),
                                              _script().DATASET_DEFAULTS, 'coco', origin='ODTK')
     assert resolved.lr == 0.02 and resolved.epochs == 12 and resolved.lr_warmup == 1000
     assert message.startswith('ODTK has none for --dataset demo; its coco defaults')
@@ -146,8 +142,8 @@ def test_tao_options_reach_the_config_and_the_task():
                   '--lr-min', '1e-5', '--soft-start', '0.2', '--annealing', '0.5')
     assert args.freeze_bn is True and args.freeze_blocks == (0, 1)
     assert _parse('--freeze-bn', 'false').freeze_bn is False and _parse().freeze_bn is None
-    resolved, _ = cli.dataset_defaults(args, script.DATASET_DEFAULTS, 'coco', origin='ODTK')
-    config = cli.train_config(resolved, 'x', optimizer='nag')
+    resolved, _ = train_config.dataset_defaults(args, script.DATASET_DEFAULTS, 'coco', origin='ODTK')
+    config = train_config.train_config(resolved, 'x', optimizer='nag')
     assert (config.lr_mode, config.lr_min, config.soft_start, config.annealing,
             config.optimizer) == ('soft_start_annealing', 1e-5, 0.2, 0.5, 'nag')
 
@@ -167,8 +163,8 @@ def test_odtk_iteration_schedule_flags():
     assert script.iteration_schedule(args) == {'max_iters': 500, 'lr_decay_iters': (300, 400),
                                                'val_iters': 100}
     assert args.lr_warmup == 50
-    resolved, _ = cli.dataset_defaults(args, script.DATASET_DEFAULTS, 'coco', origin='ODTK')
-    config = cli.train_config(resolved, 'x', **script.iteration_schedule(args))
+    resolved, _ = train_config.dataset_defaults(args, script.DATASET_DEFAULTS, 'coco', origin='ODTK')
+    config = train_config.train_config(resolved, 'x', **script.iteration_schedule(args))
     assert (config.max_iters, config.lr_decay_iters, config.warmup_iters) == (500, (300, 400), 50)
     assert script.iteration_schedule(_parse()) == {}
     with pytest.raises(UserError, match='--milestones go with --iters'):

@@ -250,15 +250,15 @@ def test_tensorboard_images_need_a_task_that_shows_its_batches(tmp_path):
 
 
 def test_training_flags_set_the_hooks_config():
-    from gluondet.tasks import cli
-    parser = cli.parser('test')
-    cli.add_training_args(parser, epochs=2, lr=0.01, lr_decay_epoch='1', batch_size=2)
+    from gluondet.train import config, flags
+    parser = flags.parser('test')
+    flags.add_training_args(parser, epochs=2, lr=0.01, lr_decay_epoch='1', batch_size=2)
     args = parser.parse_args(['--logdir', 'tb', '--tb-images', '3', '--tb-images-interval', '50',
                               '--early-stop-monitor', 'mAP', '--early-stop-min-delta', '0.001',
                               '--early-stop-patience', '4'])
-    config = cli.train_config(args, 'x')
-    assert (config.tb_images, config.tb_images_interval) == (3, 50)
-    assert (config.early_stop_monitor, config.early_stop_min_delta,
-            config.early_stop_patience) == ('mAP', 0.001, 4)
-    default = cli.train_config(parser.parse_args([]), 'x')
+    made = config.train_config(args, 'x')
+    assert (made.tb_images, made.tb_images_interval) == (3, 50)
+    assert (made.early_stop_monitor, made.early_stop_min_delta,
+            made.early_stop_patience) == ('mAP', 0.001, 4)
+    default = config.train_config(parser.parse_args([]), 'x')
     assert (default.tb_images, default.early_stop_monitor) == (0, '')

@@ -11,11 +11,7 @@ SCRIPTS = {'train_ssd': 'mobilenet1.0', 'train_faster_rcnn': 'resnet18_v1b',
 
 
 def _script(name):
-    sys.path.insert(0, os.path.join(ROOT, 'scripts'))
-    try:
-        return importlib.import_module(name)
-    finally:
-        sys.path.pop(0)
+    return importlib.import_module('gluondet.train.' + name[len('train_'):])
 
 
 @pytest.mark.parametrize('name', sorted(SCRIPTS))

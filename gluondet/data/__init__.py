@@ -10,9 +10,9 @@ from .coco import COCODetection
 from .demo import DemoDetection
 from .kitti import KITTIDetection, write_kitti
 from .record import RecordDetection
-from .resolve import DATASETS, resolve_dataset
+from .resolve import DATASETS, datasets_from_flags, resolve_dataset
 from .voc import VOCDetection
 
 __all__ = ['COCODetection', 'DATASETS', 'DatasetError', 'DatasetReport', 'DemoDetection',
            'DetectionDataset', 'KITTIDetection', 'RecordDetection', 'VOCDetection',
-           'resolve_dataset', 'write_kitti']
+           'resolve_dataset', 'datasets_from_flags', 'write_kitti']

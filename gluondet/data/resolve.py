@@ -17,7 +17,7 @@ import os
 
 import numpy as np
 
-from ..dataset_flags import DATASETS
+from ..dataset_flags import DATASETS, class_list, dataset_kwargs
 from .base import DatasetError
 from .coco import COCODetection
 from .demo import DemoDetection
@@ -26,7 +26,7 @@ from .record import RecordDetection
 from .voc import VOCDetection, detect_layout, layout_error
 
 __all__ = ['DATASETS', 'DEFAULT_ROOT', 'DEFAULT_SPLITS', 'check_classes_found', 'resolve_dataset',
-           'split_names']
+           'datasets_from_flags', 'split_names']
 
 DEFAULT_ROOT = os.path.join('~', '.mxnet', 'datasets')
 # The split used when none is named: (training, validation or evaluation), as GluonCV's
@@ -261,3 +261,20 @@ def _kitti(root, split, role):
     raise DatasetError(folder, 'split', 'not a KITTI split: no label_2/ and image_2/ in it%s'
                        % ('' if split else ' (name the split, or put a validation set in val/ '
                           'beside training/)'), 'bad_layout')
+
+
+def datasets_from_flags(args, roles=('train', 'val')):
+    """A dataset per role of ``roles``, from the parsed flags of
+    `gluondet.dataset_flags.add_dataset_args` (`dataset_kwargs`), with the classes of
+    ``--classes``. Training data with a json or rec flag needs its validation
+    data named the same way."""
+    if len(roles) == 2:
+        for flag in ('json', 'rec'):
+            given = [bool(getattr(args, '%s_%s' % (role, flag))) for role in roles]
+            if any(given) and not all(given):
+                raise ValueError('--train-%s and --val-%s go together' % (flag, flag))
+    classes = class_list(getattr(args, 'classes', '')) or None
+    return tuple(resolve_dataset(
+        classes=classes, train=role == 'train',
+        allow_missing_classes=getattr(args, 'allow_missing_classes', False),
+        **dataset_kwargs(args, role)) for role in roles)

@@ -143,6 +143,8 @@ class DetectionTask:
             raise ValueError('%s: %s is a %s, not a %s' % (what, path, meta['network'],
                                                            self.network))
         kwargs = dict(meta.get('model_kwargs') or {}, **kwargs)   # its architecture
+        # ... which this run's checkpoints and params record, so that they rebuild it too
+        self.model_kwargs = dict(meta.get('model_kwargs') or {}, **self.model_kwargs)
         old = tuple(meta.get('classes') or kwargs.get('classes') or ())
         if 'classes' in kwargs and old:
             kwargs['classes'] = old

@@ -20,45 +20,30 @@ one install gluondet documents); nothing imports them at module level.
 """
 import argparse
 import difflib
-import importlib.util
 import json
 import os
 import sys
 
+from .. import detectors
 from ..files import atomic_write
 
-__all__ = ['DETECTORS', 'SpecError', 'Schema', 'load_script', 'read_spec', 'load_spec', 'prepare',
+__all__ = ['SpecError', 'Schema', 'load_script', 'read_spec', 'load_spec', 'prepare',
            'train', 'RESOLVED_SPEC']
 
-DETECTORS = ('ssd', 'faster_rcnn', 'retinanet')
-_ALIASES = {'ssd': 'ssd', 'faster_rcnn': 'faster_rcnn', 'fasterrcnn': 'faster_rcnn',
-            'faster-rcnn': 'faster_rcnn', 'frcnn': 'faster_rcnn', 'retinanet': 'retinanet'}
 META_KEYS = ('detector', 'architecture')
 RESOLVED_SPEC = 'resolved_spec.json'
 FLAT_EXTENSIONS = ('.yaml', '.yml', '.json')
-SCRIPTS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(
-    __file__)))), 'scripts')
-_MODULES = {}
-
-
 class SpecError(ValueError):
     """A spec that cannot be trained as written; the message names the file and key."""
 
 
 def load_script(detector):
-    """The module of ``scripts/train_{detector}.py`` (loaded once)."""
-    if detector not in DETECTORS:
-        raise SpecError('unknown detector %r: one of %s' % (detector, ', '.join(DETECTORS)))
-    if detector not in _MODULES:
-        path = os.path.join(SCRIPTS, 'train_%s.py' % detector)
-        if not os.path.isfile(path):
-            raise SpecError('%s not found: gluondet train runs the training scripts of a source '
-                            'checkout (pip install -e .)' % path)
-        spec = importlib.util.spec_from_file_location('gluondet_train_%s' % detector, path)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        _MODULES[detector] = module
-    return _MODULES[detector]
+    """The module of ``detector``'s training command (`gluondet.detectors`: ``build_parser``,
+    ``main``)."""
+    try:
+        return detectors.get(detector).module()
+    except ValueError as err:
+        raise SpecError(str(err)) from None
 
 
 def _bool_flag(action):
@@ -217,21 +202,19 @@ def read_spec(path):
 
 
 def detector_of(spec, source):
-    """The detector a flat spec names (``detector`` or ``architecture``)."""
+    """The detector a flat spec names (``detector`` or ``architecture``; a name or alias of
+    `gluondet.detectors`)."""
     given = [spec[k] for k in META_KEYS if k in spec]
     if not given:
-        raise SpecError('%s: name the detector: detector: %s' % (source, '|'.join(DETECTORS)))
-    names = {_ALIASES.get(str(v).strip().lower()) for v in given}
-    if len(names) != 1 or None in names:
-        raise SpecError('%s: detector %s: one of %s%s' % (
-            source, ' / '.join(map(repr, given)), ', '.join(DETECTORS),
-            _did_you_mean(str(given[0]).lower(), DETECTORS)))
+        raise SpecError('%s: name the detector: detector: %s'
+                        % (source, '|'.join(detectors.names())))
+    try:
+        names = {detectors.get(value).name for value in given}
+    except ValueError as err:
+        raise SpecError('%s: %s' % (source, err)) from None
+    if len(names) != 1:
+        raise SpecError('%s: detector %s: name one' % (source, ' / '.join(map(repr, given))))
     return names.pop()
-
-
-def _did_you_mean(word, choices):
-    close = difflib.get_close_matches(word, list(choices), n=2, cutoff=0.6)
-    return ' (did you mean %s?)' % ' or '.join(close) if close else ''
 
 
 def is_tao_spec(path):

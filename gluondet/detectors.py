@@ -1,0 +1,130 @@
+"""The detector table: what the command line, spec readers, docs, demo and tools know of the
+detectors.
+
+A detector is its own files plus one `register` call. Its entry module (``entry``) holds
+its training command: ``build_parser()``, ``main(argv)`` and ``DEMO``, its demo recipe (a
+`gluondet.demo.Recipe`, or None). What its exported graph needs after the network is the
+network's own ``postprocess`` kind (`gluondet.deploy`); its model zoo names start with
+``zoo_prefix``. The detectors gluondet ships are registered at the end of this file.
+
+>>> from gluondet import detectors
+>>> [d.name for d in detectors.all_detectors()]
+['ssd', 'faster_rcnn', 'retinanet']
+>>> detectors.get('frcnn').display
+'Faster R-CNN'
+"""
+import dataclasses
+import difflib
+import importlib
+from typing import FrozenSet, Tuple
+
+__all__ = ['Detector', 'FEATURES', 'register', 'get', 'all_detectors', 'names', 'of_network']
+
+#: What a detector's training command can do besides the engine's common flags, for the
+#: readers that offer it (the demo's --amp/--dali, TAO's pruning, the docs).
+FEATURES = frozenset({'amp', 'dali', 'syncbn', 'mixup', 'prune', 'horovod', 'kvstore'})
+
+
+@dataclasses.dataclass(frozen=True)
+class Detector:
+    """One row of the table.
+
+    Parameters
+    ----------
+    name : str
+        ``gluondet train NAME``, a spec's ``detector:``, ``gluondet demo --detector NAME``;
+        the training script is ``scripts/train_NAME.py``.
+    display : str
+        The name people write (``'Faster R-CNN'``).
+    entry : str
+        The module of its training command (``build_parser``, ``main``, ``DEMO``).
+    zoo_prefix : str
+        Its model zoo names start with this (``'faster_rcnn_'``).
+    aliases : tuple of str
+        Other spellings a spec may use (``'frcnn'``).
+    features : frozenset of str
+        Of `FEATURES`: what its command supports.
+    """
+
+    name: str
+    display: str
+    entry: str
+    zoo_prefix: str
+    aliases: Tuple[str, ...] = ()
+    features: FrozenSet[str] = frozenset()
+
+    def __post_init__(self):
+        unknown = set(self.features) - FEATURES
+        if unknown:
+            raise ValueError('detector %s: unknown features %s (known: %s)' % (
+                self.name, ', '.join(sorted(unknown)), ', '.join(sorted(FEATURES))))
+        object.__setattr__(self, 'features', frozenset(self.features))
+
+    def module(self):
+        """The imported entry module."""
+        return importlib.import_module(self.entry)
+
+    def build_parser(self):
+        return self.module().build_parser()
+
+    def main(self, argv=None):
+        """Train as its command line says; returns what the entry's ``main`` returns."""
+        return self.module().main(argv)
+
+    @property
+    def demo(self):
+        """Its demo recipe (`gluondet.demo.Recipe`), or None."""
+        return getattr(self.module(), 'DEMO', None)
+
+
+_TABLE = {}
+
+
+def register(detector):
+    """Add ``detector`` (a `Detector`) to the table; a name or alias taken already is a
+    ValueError. Returns it."""
+    for key in (detector.name,) + tuple(detector.aliases):
+        taken = _lookup().get(key.lower())
+        if taken is not None:
+            raise ValueError('detector name %r is taken by %s (%s)'
+                             % (key, taken.name, taken.entry))
+    _TABLE[detector.name] = detector
+    return detector
+
+
+def _lookup():
+    return {key.lower(): d for d in _TABLE.values() for key in (d.name,) + tuple(d.aliases)}
+
+
+def get(name):
+    """The detector called ``name`` (or an alias, any case); an unknown name is a ValueError
+    naming the detectors, with a did-you-mean."""
+    found = _lookup().get(str(name).strip().lower())
+    if found is None:
+        close = difflib.get_close_matches(str(name).lower(), list(_lookup()), n=2, cutoff=0.6)
+        hint = ' (did you mean %s?)' % ' or '.join(close) if close else ''
+        raise ValueError('unknown detector %r: one of %s%s' % (name, ', '.join(names()), hint))
+    return found
+
+
+def all_detectors():
+    """The registered detectors, in registration order."""
+    return list(_TABLE.values())
+
+
+def names():
+    return [d.name for d in _TABLE.values()]
+
+
+def of_network(network):
+    """The detector whose model zoo names ``network`` belongs to, or None."""
+    return next((d for d in _TABLE.values() if network.startswith(d.zoo_prefix)), None)
+
+
+register(Detector('ssd', 'SSD', 'gluondet.train.ssd', 'ssd_',
+                  features={'amp', 'dali', 'syncbn', 'prune', 'horovod', 'kvstore'}))
+register(Detector('faster_rcnn', 'Faster R-CNN', 'gluondet.train.faster_rcnn', 'faster_rcnn_',
+                  aliases=('fasterrcnn', 'faster-rcnn', 'frcnn'),
+                  features={'amp', 'syncbn', 'mixup', 'prune', 'horovod', 'kvstore'}))
+register(Detector('retinanet', 'RetinaNet', 'gluondet.train.retinanet', 'retinanet_',
+                  features={'amp', 'dali', 'syncbn', 'prune', 'horovod', 'kvstore'}))

@@ -1,0 +1,73 @@
+"""What every training command does around the engine besides its flags and config: the
+datasets of the data flags, a pruned model to retrain, the startup log, the final line."""
+import logging
+import os
+
+from ..data import datasets_from_flags
+from ..engine import HookBase
+from ..errors import UserError
+
+__all__ = ['build_datasets', 'pruned_model', 'StartupLog', 'print_final']
+
+LOG = logging.getLogger('gluondet')
+
+
+def build_datasets(args):
+    """``(train, val)`` datasets of the dataset flags (`gluondet.dataset_flags`); a bad flag or
+    folder is a UserError naming it."""
+    try:
+        datasets = datasets_from_flags(args)
+    except ValueError as err:     # DatasetError included
+        raise UserError(str(err)) from None
+    paths = [[ds.image_path(i) for i in range(len(ds))] for ds in datasets]
+    if paths[0] == paths[1]:
+        LOG.warning('the validation data is the training data (%d images): name another split '
+                    'with --val-split', len(paths[0]))
+    return tuple(datasets)
+
+
+def pruned_model(args, save_prefix):
+    """``--pruned-model``, checked (a pruned model's .params and json); without it, when
+    ``--resume`` names the checkpoint of a pruned run (``auto``: ``save_prefix``'s), that
+    checkpoint's ``meta.pruned`` (its channels); else None. A bad one is a UserError."""
+    from ..tasks.base import check_pruned_model
+    if getattr(args, 'pruned_model', None) is None:
+        resume = getattr(args, 'resume', '')
+        from ..engine.checkpoint import CheckpointError, manifest_path, read_manifest
+        path = manifest_path(save_prefix) if resume == 'auto' else resume
+        if not path or not path.endswith('.json') or not os.path.isfile(path):
+            return None
+        from ..model_zoo.pruned import pruned_channels
+        try:
+            channels = pruned_channels(read_manifest(path).get('meta') or {}, path)
+        except (CheckpointError, ValueError) as err:
+            raise UserError('--resume: %s' % err) from None
+        return None if channels is None else {'channels': channels}
+    try:
+        check_pruned_model(args.pruned_model)
+    except ValueError as err:
+        raise UserError('--pruned-model: %s' % err) from None
+    return args.pruned_model
+
+
+class StartupLog(HookBase):
+    """Writes ``lines`` to the training log (console and ``_train.log``) as training
+    starts; with ``trainable``, also the names of the parameters that train (GluonCV's
+    ``--verbose``)."""
+
+    def __init__(self, lines, trainable=False):
+        self.lines, self.trainable = [line for line in lines if line], trainable
+
+    def before_train(self):
+        for line in self.lines:
+            LOG.info(line)
+        if self.trainable:
+            names = [name for name, param in self.loop.net.collect_params().items()
+                     if param.grad_req != 'null']
+            LOG.info('Trainable parameters (%d): %s', len(names), ', '.join(names))
+
+
+def print_final(result):
+    """The last validation's metrics, on stdout (by rank 0 of several processes)."""
+    if result.metrics and result.rank == 0:
+        print('final: %s' % ', '.join('%s=%.4f' % kv for kv in result.metrics.items()))
