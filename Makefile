@@ -58,7 +58,7 @@ test-fast: venv
 # The documentation site, offline: the generated pages (CLI reference, model zoo table) are
 # rewritten from the code, then mkdocs builds site/ (mkdocs.yml); any warning fails it.
 docs: venv
-	$(PY) -m gluondet.tools.docgen
+	$(PY) -m gluondet.docgen
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 
 bench: venv

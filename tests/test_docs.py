@@ -15,7 +15,7 @@ import pytest
 from gluondet import detectors
 from gluondet import cli as gluondet_cli
 from gluondet.model_zoo import get_model_list
-from gluondet.tools import docgen
+from gluondet import docgen
 
 ROOT = docgen.ROOT
 DOCS = os.path.join(ROOT, 'docs')
@@ -33,7 +33,7 @@ def generated():
 def test_generated_pages_are_up_to_date(generated):
     stale = docgen.stale_pages(generated=generated)
     assert not stale, ('%s differ from what the code generates: run `make docs` (or `python -m '
-                       'gluondet.tools.docgen`) and commit the result' % ', '.join(
+                       'gluondet.docgen`) and commit the result' % ', '.join(
                            'docs/' + name for name in stale))
 
 
@@ -149,7 +149,7 @@ def _check_command(argv, where, gluondet_parser):
             if args.command == 'launch' and '--' in rest:
                 _check_command(rest[rest.index('--') + 1:], where, gluondet_parser)
             return True
-        if arg == '-m' and argv[i + 1:i + 2] == ['gluondet.tools.docgen']:
+        if arg == '-m' and argv[i + 1:i + 2] == ['gluondet.docgen']:
             _parse(docgen.build_parser(), argv[i + 2:], where)
             return True
     return False

@@ -388,8 +388,9 @@ def _succeed(command, **kwargs):
 def test_cpu_install_exports_infers_and_draws(trained_model, bccd_root, tmp_path):
     """docs/install.md's ``pip install 'gluondet[cpu]'`` of this checkout's wheel, with the
     pins, into a fresh venv; there, from a folder outside the checkout, what the README
-    promises on a CPU: export a zoo SSD to ONNX, infer and evaluate with ONNX Runtime, draw
-    the evaluation's pictures."""
+    promises on a CPU: train (``gluondet train ssd``, ``gluondet train -e SPEC``: the
+    training commands are in the package), export a zoo SSD to ONNX, infer and evaluate
+    with ONNX Runtime, draw the evaluation's pictures."""
     import onnx
     from gluondet.deploy.commands import evaluate_model
     wheels, venv, outside = tmp_path / 'wheels', tmp_path / 'venv', tmp_path / 'outside'
@@ -409,6 +410,20 @@ def test_cpu_install_exports_infers_and_draws(trained_model, bccd_root, tmp_path
 
     assert _succeed([python, '-c', 'import gluondet; print(gluondet.__file__)'],
                     cwd=str(outside), env=env).startswith(str(venv))
+    env['GLUONDET_HOME'] = str(outside / 'home')        # the demo images, drawn once
+    small = ['--network', 'mobilenet0.25', '--data-shape', '128', '--dataset', 'demo',
+             '--epochs', '1', '--no-pretrained-base', '--gpus', '', '-j', '0', '--batch-size',
+             '16', '--val-interval', '1']
+    printed = command('train', 'ssd', *small, '--save-prefix', 'run/')
+    assert 'final: ' in printed and (outside / 'run' / 'ssd_300_mobilenet0.25_custom_best.params'
+                                    ).exists()
+    with open(str(outside / 'spec.yaml'), 'w') as f:
+        f.write('detector: ssd\nnetwork: mobilenet0.25\ndata_shape: 128\ndataset: demo\n'
+                'epochs: 1\nno-pretrained-base: true\ngpus: ""\nnum_workers: 0\n'
+                'batch_size: 16\n')
+    assert 'final: ' in command('train', '-e', 'spec.yaml', '-r', 'results')
+    assert (outside / 'results' / 'resolved_spec.json').exists()
+
     params = trained_model[0]
     voc, _ = small_bccd(bccd_root, trained_model[2])
     images = outside / 'images'

@@ -156,24 +156,10 @@ def test_no_module_imports_itself_back():
     assert cycle_edges(import_graph()) == []
 
 
-# package cycles that another change of issue 24 removes: edge -> why it is still there
-PENDING_PACKAGE_EDGES = {
-    ('gluondet.tools', 'gluondet.cli'): 'issue 24 item 5 (no package cycles): tools/docgen.py '
-                                        "reads gluondet.cli's parser, and cli runs tools",
-}
-
-
 def test_no_package_imports_itself_back():
     """No cycle among gluondet's first-level packages and modules (``gluondet.engine``,
     ``gluondet.losses``, ...), counting the imports inside functions."""
-    graph = import_graph(first_level)
-    cycles = cycle_edges(graph)
-    for a, b in PENDING_PACKAGE_EDGES:
-        graph.get(a, set()).discard(b)
-    assert cycle_edges(graph) == []
-    pending = [PENDING_PACKAGE_EDGES[edge] for edge in cycles if edge in PENDING_PACKAGE_EDGES]
-    if pending:
-        pytest.skip('; '.join(pending))
+    assert cycle_edges(import_graph(first_level)) == []
 
 
 LOADERS = ('spec_from_file_location', 'run_path', 'SourceFileLoader', 'load_source')
@@ -213,18 +199,7 @@ def test_the_scripts_finder(tmp_path):
         "line 3: names the 'scripts' folder"]
 
 
-# files that load scripts/ until another change of issue 24 moves what they load
-PENDING_SCRIPT_LOADERS = {
-    'tools/spec.py': 'issue 24 item 2 (training entry points in the package): tools/spec.py '
-                     'loads scripts/train_*.py by path',
-}
-
-
 def test_nothing_in_gluondet_loads_scripts():
     found = {os.path.relpath(path, PACKAGE).replace(os.sep, '/'): loads_scripts(path)
              for path in MODULES.values()}
-    found = {path: lines for path, lines in found.items() if lines}
-    assert not {path: lines for path, lines in found.items()
-                if path not in PENDING_SCRIPT_LOADERS}
-    if found:
-        pytest.skip('; '.join(PENDING_SCRIPT_LOADERS[path] for path in sorted(found)))
+    assert not {path: lines for path, lines in found.items() if lines}

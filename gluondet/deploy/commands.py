@@ -33,7 +33,7 @@ import os
 
 import numpy as np
 
-from ..data import COCODetection, resolve_dataset
+from ..data import DATASETS, COCODetection, resolve_dataset
 from ..data.coco import xyxy_to_coco
 from ..data.kitti import check_unique_stems, kitti_line
 from ..data.preprocess import input_range
@@ -51,11 +51,10 @@ from .sources import ENGINE_EXTENSIONS, metadata_path, model_metadata
 from .symbol import export_symbol
 from .tensorrt import build_engine
 
-__all__ = ['FORMATS', 'DATASETS', 'export_model', 'export_summary', 'infer', 'evaluate',
+__all__ = ['FORMATS', 'export_model', 'export_summary', 'infer', 'evaluate',
            'evaluate_model', 'coco_results', 'kitti_lines']
 
 FORMATS = ('symbol', 'onnx', 'tensorrt')
-DATASETS = ('voc', 'coco', 'kitti', 'rec')     # what evaluate takes (of gluondet.data.DATASETS)
 DYNAMIC_MAX_BATCH = 8   # largest batch of a dynamic-batch engine unless told
 
 
@@ -454,7 +453,7 @@ def evaluate_model(model, dataset, dataset_root=None, split=None, annotation_fil
         numbers by name); with ``plots``, ``plots``: ``{file: what it shows}`` (the APs
         drawn, the confusion matrix).
     """
-    if dataset not in DATASETS:
+    if dataset not in DATASETS:     # resolve_dataset's names, demo included
         raise ValueError('dataset must be one of %s, got %r' % (', '.join(DATASETS), dataset))
     if plots:
         from ..plots import require_matplotlib
