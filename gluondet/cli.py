@@ -27,6 +27,10 @@ def _demo_arguments(parser):
 
 def _demo(args):
     from . import demo
+    detector = detectors.get(args.detector)
+    for flag in ('amp', 'dali'):
+        if getattr(args, flag) and flag not in detector.features:
+            raise UserError('--%s: %s does not train with it' % (flag, detector.display))
     demo.run_demo(args.output, args.detector, epochs=args.epochs, seed=args.seed,
                   amp=args.amp, dali=args.dali)
     return 0

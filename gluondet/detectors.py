@@ -20,9 +20,10 @@ from typing import FrozenSet, Tuple
 
 __all__ = ['Detector', 'FEATURES', 'register', 'get', 'all_detectors', 'names', 'of_network']
 
-#: What a detector's training command can do besides the engine's common flags, for the
-#: readers that offer it (the demo's --amp/--dali, TAO's pruning, the docs).
-FEATURES = frozenset({'amp', 'dali', 'syncbn', 'mixup', 'prune', 'horovod', 'kvstore'})
+#: What a detector's training command can do besides what the engine gives every detector
+#: (Horovod, the parameter server, resume, ...), for the readers that offer it (the demo's
+#: --amp and --dali, the docs).
+FEATURES = frozenset({'amp', 'dali', 'syncbn', 'mixup', 'prune'})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -122,9 +123,9 @@ def of_network(network):
 
 
 register(Detector('ssd', 'SSD', 'gluondet.train.ssd', 'ssd_',
-                  features={'amp', 'dali', 'syncbn', 'prune', 'horovod', 'kvstore'}))
+                  features={'amp', 'dali', 'syncbn', 'prune'}))
 register(Detector('faster_rcnn', 'Faster R-CNN', 'gluondet.train.faster_rcnn', 'faster_rcnn_',
                   aliases=('fasterrcnn', 'faster-rcnn', 'frcnn'),
-                  features={'amp', 'syncbn', 'mixup', 'prune', 'horovod', 'kvstore'}))
+                  features={'amp', 'syncbn', 'mixup', 'prune'}))
 register(Detector('retinanet', 'RetinaNet', 'gluondet.train.retinanet', 'retinanet_',
-                  features={'amp', 'dali', 'syncbn', 'prune', 'horovod', 'kvstore'}))
+                  features={'amp', 'dali', 'syncbn', 'prune'}))

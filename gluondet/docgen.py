@@ -178,8 +178,10 @@ def cli_page():
     for detector in detectors.all_detectors():
         out.append(_parser_section(
             script_parser(detector.name), 'scripts/train_%s.py' % detector.name, 3,
-            '%s: `python scripts/train_%s.py [flags]`, or `gluondet train %s [flags]`.\n'
-            % (detector.display, detector.name, detector.name)))
+            '%s: `python scripts/train_%s.py [flags]`, or `gluondet train %s [flags]`; '
+            'besides the common flags: %s.\n'
+            % (detector.display, detector.name, detector.name,
+               ', '.join(sorted(detector.features)) or 'none')))
         out.append('\n')
     top = gluondet_parser()
     commands = _subcommands(top)

@@ -11,11 +11,13 @@ PACKAGE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 # package -> the gluondet packages it must never import (docs/design.md, "Dependency direction")
 FORBIDDEN = {
-    'deploy': ('tasks', 'engine', 'cli', 'tools'),
-    'data': ('tasks', 'engine', 'deploy', 'model_zoo', 'nn', 'cli'),
-    'metrics': ('tasks', 'engine', 'deploy', 'model_zoo', 'cli'),
-    'model_zoo': ('tasks', 'engine', 'deploy', 'data', 'metrics', 'cli'),
-    'engine': ('tasks', 'model_zoo', 'deploy', 'cli'),
+    'deploy': ('tasks', 'engine', 'cli', 'tools', 'train'),
+    'data': ('tasks', 'engine', 'deploy', 'model_zoo', 'nn', 'cli', 'train'),
+    'metrics': ('tasks', 'engine', 'deploy', 'model_zoo', 'cli', 'train'),
+    'model_zoo': ('tasks', 'engine', 'deploy', 'data', 'metrics', 'cli', 'train'),
+    'engine': ('tasks', 'model_zoo', 'deploy', 'cli', 'train'),
+    # the training commands sit above the tasks; the tasks know no command line
+    'tasks': ('train', 'cli', 'tools'),
 }
 
 

@@ -1,0 +1,37 @@
+"""The detector table (gluondet/detectors.py): one row per detector, read by every place
+that must know them."""
+import pytest
+
+from gluondet import cli as gluondet_cli, demo, detectors
+
+
+def test_the_three_detectors_and_their_aliases():
+    assert detectors.names() == ['ssd', 'faster_rcnn', 'retinanet']
+    assert detectors.get('FRCNN').name == 'faster_rcnn' and detectors.get('ssd').display == 'SSD'
+    assert detectors.of_network('retinanet_resnet18_v1b_custom').name == 'retinanet'
+    assert detectors.of_network('yolo3_darknet53_voc') is None
+    for detector in detectors.all_detectors():
+        module = detector.module()
+        assert callable(module.main) and module.build_parser().parse_args([]) is not None
+        assert demo.recipe_of(detector.name).network.startswith(detector.zoo_prefix)
+
+
+def test_a_name_or_alias_is_registered_once_and_unknown_ones_are_named():
+    with pytest.raises(ValueError, match="name 'ssd' is taken by ssd"):
+        detectors.register(detectors.Detector('ssd', 'SSD again', 'x', 'ssd_'))
+    with pytest.raises(ValueError, match="name 'frcnn' is taken by faster_rcnn"):
+        detectors.register(detectors.Detector('frcnn2', 'F', 'x', 'f_', aliases=('frcnn',)))
+    with pytest.raises(ValueError, match=r"unknown detector 'retinenet': one of ssd, "
+                                         r"faster_rcnn, retinanet \(did you mean retinanet"):
+        detectors.get('retinenet')
+    with pytest.raises(ValueError, match='unknown features tensorrt'):
+        detectors.Detector('x', 'X', 'x', 'x_', features={'tensorrt'})
+    assert detectors.names() == ['ssd', 'faster_rcnn', 'retinanet']
+
+
+def test_commands_read_the_table(capsys):
+    assert gluondet_cli.main(['train', 'yolo3', '--epochs', '1']) == 2
+    assert "unknown detector 'yolo3'" in capsys.readouterr().err
+    assert gluondet_cli.main(['demo', '--detector', 'faster_rcnn', '--dali']) == 1
+    assert capsys.readouterr().err == ('gluondet demo: error: --dali: Faster R-CNN does not '
+                                       'train with it\n')
