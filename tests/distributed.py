@@ -1,6 +1,7 @@
 """Starting the processes of a distributed test: ``horovodrun`` and ``gluondet launch``."""
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -34,6 +35,17 @@ def horovodrun(command, cwd, np_=2, timeout=600, env=None):
     """``horovodrun --gloo -np 2 -H localhost:2 COMMAND``: (returncode, output, seconds)."""
     argv = [HOROVODRUN, '--gloo', '-np', str(np_), '-H', 'localhost:%d' % np_] + command
     return _run(argv, cwd, timeout, env)
+
+
+SIGNS = re.compile(r'Error|error|Abort|abort|terminate|Check failed|Traceback|Signal|signal|Killed'
+                   r'|Terminated|Segmentation|core dumped|warn')
+
+
+def failure(log, lines=40):
+    """What a failed run's assertion shows: the lines of ``log`` with a sign of trouble (an
+    error, an abort, a signal) first, then its end; a long log's middle is left out."""
+    signs = [line for line in log.splitlines() if SIGNS.search(line)][:lines]
+    return '\n'.join(['-- lines with errors or signals:'] + signs + ['-- the end:', log[-1500:]])
 
 
 def _run(argv, cwd, timeout, env=None):

@@ -31,15 +31,33 @@ def test_demo_recipe_reaches_map_0_9_from_scratch(tmp_path, detector):
     assert metrics['mAP'] >= 0.9, metrics
 
 
-@pytest.mark.slow(minutes=8)
-def test_ssd_recipe_reaches_map_0_9_and_bfloat16_stays_within_0_03(tmp_path):
-    """The SSD recipe in float32 (here), then with ``gluondet demo --amp`` in a process of its
-    own (AMP converts a whole process): bfloat16 on this CPU, the same budget."""
-    metrics = demo.run_demo(str(tmp_path / 'float32'), 'ssd')
+@pytest.mark.slow(minutes=6)
+def test_ssd_recipe_reaches_map_0_9(tmp_path):
+    """``make demo``'s recipe, float32, its 20 epochs."""
+    metrics = demo.run_demo(str(tmp_path), 'ssd')
     assert metrics['mAP'] >= 0.9, metrics
-    out = subprocess.run([sys.executable, '-m', 'gluondet', 'demo', '--amp', '--output',
-                          str(tmp_path / 'bfloat16')], capture_output=True, text=True,
-                         timeout=900)
-    assert out.returncode == 0, out.stderr[-3000:]
-    amp_map = float(re.search(r'VOC07 mAP ([0-9.]+)', out.stdout).group(1))
-    assert abs(amp_map - metrics['mAP']) <= 0.03, (amp_map, metrics['mAP'])
+
+
+AMP_EPOCHS = '10'    # measured: 0.892 float32, 0.889 bfloat16 (at 20: 0.954 and 0.955)
+
+
+@pytest.mark.slow(minutes=7)
+def test_ssd_recipe_in_bfloat16_stays_within_0_03_of_float32(tmp_path):
+    """``gluondet demo --amp`` against ``gluondet demo``, the same seed and a 10-epoch budget,
+    side by side in processes of their own (AMP converts a whole process): bfloat16 on this
+    CPU. Half the recipe's epochs keep the pair within a learning test's time."""
+    runs = {}
+    for amp in ('float32', 'bfloat16'):
+        with open(tmp_path / (amp + '.log'), 'w') as log:
+            runs[amp] = subprocess.Popen(
+                [sys.executable, '-m', 'gluondet', 'demo', '--epochs', AMP_EPOCHS, '--output',
+                 str(tmp_path / amp)] + (['--amp'] if amp == 'bfloat16' else []),
+                stdout=log, stderr=subprocess.STDOUT)
+    found = {}
+    for amp, run in runs.items():
+        run.wait(timeout=900)
+        out = (tmp_path / (amp + '.log')).read_text()
+        assert run.returncode == 0, (amp, out[-3000:])
+        found[amp] = float(re.search(r'VOC07 mAP ([0-9.]+)', out).group(1))
+    assert found['float32'] >= 0.8, found
+    assert abs(found['bfloat16'] - found['float32']) <= 0.03, found
