@@ -62,6 +62,9 @@ def files(tmp_path_factory):
                 'hooks': {}, 'meta': {'network': 'ssd_300_mobilenet0.25_custom'}}
     with open(str(folder / 'ssd_last.json'), 'w') as f:
         json.dump(manifest, f)
+    net.save_parameters(str(folder / 'ssd_best.params'))     # with the json training writes
+    with open(str(folder / 'ssd_best.json'), 'w') as f:
+        json.dump({'meta': {'network': 'ssd_300_mobilenet0.25_custom'}}, f)
     voc = get_model('ssd_300_mobilenet0.25_voc', pretrained_base=False)
     voc.initialize()
     voc(mx.nd.zeros((1, 3, 128, 128)))
@@ -73,7 +76,8 @@ def files(tmp_path_factory):
         pytest.skip('%s is writable here: no read-only folder to test with' % UNWRITABLE)
     except OSError:
         pass
-    return {'params': params, 'manifest': str(folder / 'ssd_last.json'),
+    return {'params': params, 'best': str(folder / 'ssd_best.params'),
+            'manifest': str(folder / 'ssd_last.json'),
             'bad_json': str(folder / 'bad.json'), 'voc_params': str(folder / 'voc.params'),
             'folder': str(folder)}
 
@@ -91,9 +95,14 @@ SCRIPT_MISTAKES = [
      ['{manifest} is a checkpoint of ssd_300_mobilenet0.25_custom, not of '
       'faster_rcnn_fpn_resnet18_v1b_custom']),
     (('train_faster_rcnn.py',), ['--resume', '{params}'],
-     ['{params} holds the weights of another network than this FasterRCNN']),
+     ['{params} holds the weights of another network, not of this FasterRCNN']),
+    (('train_faster_rcnn.py',), ['--resume', '{best}'],
+     ['{best} holds the weights of a trained ssd_300_mobilenet0.25_custom, not of this '
+      'FasterRCNN']),
     (('train_retinanet.py',), ['--fine-tune', '{params}'],
-     ['{params} holds the weights of another network than this RetinaNet']),
+     ['{params} holds the weights of another network, not of this RetinaNet']),
+    (('train_retinanet.py',), ['--fine-tune', '{best}'],
+     ['{best} is a ssd_300_mobilenet0.25_custom, not a retinanet_resnet18_v1b_custom']),
     (('train_ssd.py',), ['--resume', 'nowhere.json'], ['no such file nowhere.json']),
     (('train_ssd.py',), ['--resume', 'weights.txt'], ["resume must be '', 'auto'"]),
     (('train_ssd.py', 'train_retinanet.py'), ['--dataset', 'voc', '--dataset-root', 'nowhere',

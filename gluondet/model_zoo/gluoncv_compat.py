@@ -42,6 +42,7 @@ import re
 import mxnet as mx
 
 from .backbones import MobileNet, ResNetV1, ResNetV1b, VGGAtrous
+from ..metadata import training_meta
 
 __all__ = ['load_arrays', 'read_params', 'is_gluoncv_ssd', 'ssd_key_table', 'convert_ssd',
            'backbone_key_table', 'load_gluoncv_backbone', 'load_gluoncv_v1b']
@@ -65,6 +66,15 @@ def read_params(filename):
     return arrays
 
 
+def _whose(source):
+    """``a trained NETWORK`` when the json the engine writes beside ``source`` names it."""
+    try:
+        meta = training_meta(source) if str(source).endswith('.params') else None
+    except ValueError:
+        meta = None
+    return 'a trained %s' % meta['network'] if meta else 'another network'
+
+
 def load_arrays(block, arrays, source, ctx=None, allow_missing=False, ignore_extra=False,
                 cast_dtype=False, dtype_source='current'):
     """Load ``{structural name: NDArray}`` into ``block``, checking names and shapes first.
@@ -77,10 +87,10 @@ def load_arrays(block, arrays, source, ctx=None, allow_missing=False, ignore_ext
     # checkpoint): its groups say so better than hundreds of names
     theirs, ours = ({name.split('.')[0] for name in names} for names in (arrays, params))
     if not (allow_missing or ignore_extra) and 2 * len(set(arrays) & set(params)) < len(params):
-        raise ValueError('%s holds the weights of another network than this %s: its '
-                         'parameter groups are %s, this network\'s %s' % (
-                             source, type(block).__name__, ', '.join(sorted(theirs)),
-                             ', '.join(sorted(ours))))
+        raise ValueError('%s holds the weights of %s, not of this %s: its parameter groups '
+                         'are %s, this network\'s %s' % (
+                             source, _whose(source), type(block).__name__,
+                             ', '.join(sorted(theirs)), ', '.join(sorted(ours))))
     missing = [] if allow_missing else sorted(set(params) - set(arrays))
     extra = [] if ignore_extra else sorted(set(arrays) - set(params))
     wrong = ['%s (file %s, network %s)' % (name, arrays[name].shape, params[name].shape)
