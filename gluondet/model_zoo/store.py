@@ -62,6 +62,11 @@ MODEL_SHA1 = {
     'faster_rcnn_fpn_resnet50_v1b_coco': '233572743bc537291590f4edf8a0c17c14b234bb',
     'faster_rcnn_resnet101_v1d_coco': 'a465eca35e78aba6ebdf99bf52031a447e501063',
     'faster_rcnn_fpn_resnet101_v1d_coco': '1194ab4ec6e06386aadd55820add312c8ef59c74',
+    # YOLOv3
+    'yolo3_darknet53_voc': 'f5ece5ce1422eeca3ce2908004e469ffdf91fd41',
+    'yolo3_darknet53_coco': '09767802230b45af1c27697a2dad6d1ebaacc1e2',
+    'yolo3_mobilenet1.0_voc': '3b47835ac3dd80f29576633949aa58aee3094353',
+    'yolo3_mobilenet1.0_coco': '66dbbae67be8f1e3cd3c995ce626a2bdc89769c6',
     # ImageNet backbones (pretrained_base); GluonCV publishes no RetinaNet detector weights
     'vgg16_atrous': '4fa2e1ad96b8c8d1ba9e5a43556cd909d70b3985',
     'resnet18_v1': 'a0666292f0a30ff61f857b0b66efc0228eb6a54b',
@@ -71,6 +76,7 @@ MODEL_SHA1 = {
     'resnet50_v1b': '0ecdba34691be172036ddf244ff1b2eade75ffde',
     'resnet101_v1b': 'a455932aa95cb7dcfa05fd040b9b5a5660733c39',
     'resnet101_v1d': '1b2b825feff86b0354642a4ab59f9b6e35e47338',
+    'darknet53': '2189ea49720a116dead245b9b252301cffa18d28',
     'mobilenet1.0': 'efbb2ca3881998d5a8c5cb6c457a28c1e085fed5',
     'mobilenet0.5': '0130d2aa2f7e3a63db35579b243e25f512172371',
     'mobilenet0.25': 'f0046a3da4e150b85da58ea31913dbb86e7540d1',

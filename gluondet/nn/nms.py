@@ -55,7 +55,11 @@ class MultiClassNMS(gluon.HybridBlock):
                                     max(self.nms_topk, self.post_nms))
         else:
             result = self._all_candidates(F, scores, boxes)
-        if use_nms:
+        return self._suppress(F, result)
+
+    def _suppress(self, F, result):
+        """``ids, scores, boxes`` of the candidate rows ``B x N x 6`` after the NMS."""
+        if 0 < self.nms_thresh < 1:
             result = F.contrib.box_nms(
                 result, overlap_thresh=self.nms_thresh, topk=self.nms_topk,
                 valid_thresh=self.score_thresh, id_index=0, score_index=1, coord_start=2,
