@@ -3,8 +3,10 @@ import mxnet as mx
 from mxnet import gluon, nd
 
 from .collectives import process_share
+from .nn.yolo_target import YOLOV3ObjectnessTarget
 
-__all__ = ['SSDMultiBoxLoss', 'FocalLoss', 'RetinaNetLoss', 'RCNNLoss', 'smooth_l1']
+__all__ = ['SSDMultiBoxLoss', 'FocalLoss', 'RetinaNetLoss', 'RCNNLoss', 'YOLOV3Loss',
+           'YOLOV3LossTerms', 'smooth_l1']
 
 
 def _as_list(x):
@@ -18,6 +20,12 @@ def smooth_l1(diff, rho):
     if rho == 0:
         return diff
     return nd.where(diff > rho, diff - 0.5 * rho, (0.5 / rho) * nd.square(diff))
+
+
+def sigmoid_bce(F, logits, targets):
+    """Sigmoid binary cross-entropy of ``logits`` against ``targets`` (0..1), element by
+    element, stable for large logits."""
+    return F.relu(logits) - logits * targets + F.Activation(-F.abs(logits), act_type='softrelu')
 
 
 def _box_loss(pred, target, pos, rho):
@@ -301,8 +309,7 @@ class RCNNLoss(gluon.Block):
             ctx = score.context
             rpn_norm, rcnn_norm = rpn_total.as_in_context(ctx), rcnn_total.as_in_context(ctx)
             score = score.reshape((0, -1))
-            bce = nd.relu(score) - score * nd.relu(cls_t) + nd.Activation(-nd.abs(score),
-                                                                          act_type='softrelu')
+            bce = sigmoid_bce(nd, score, nd.relu(cls_t))
             bce = nd.where(cls_t >= 0, bce, nd.zeros_like(bce))
             out['loss_rpn_obj'].append(nd.broadcast_div(bce.sum(axis=1), rpn_norm))
             rpn_l1 = smooth_l1(box - box_t, self._rpn_rho) * box_m
@@ -312,4 +319,86 @@ class RCNNLoss(gluon.Block):
             out['loss_cls'].append(nd.broadcast_div(ce.sum(axis=1), rcnn_norm))
             rcnn_l1 = smooth_l1(bpred - cbox_t, self._rcnn_rho) * cbox_m
             out['loss_box'].append(nd.broadcast_div(rcnn_l1.sum(axis=(1, 2)), rcnn_norm))
+        return out
+
+
+YOLOV3_LOSS_NAMES = ('loss_obj', 'loss_center', 'loss_scale', 'loss_cls')
+
+
+class YOLOV3LossTerms(gluon.HybridBlock):
+    r"""GluonCV's four YOLOv3 losses of each image, sums over its predictions.
+
+    - objectness: sigmoid cross-entropy against 1 for the assigned predictions (weighted by
+      their mix ratio), 0 for the others, except those ignored by
+      :class:`~gluondet.nn.YOLOV3ObjectnessTarget`;
+    - center: sigmoid cross-entropy of the center logits against the position in the cell;
+    - scale: L1 of the log-scales;
+    - class: sigmoid cross-entropy of each class logit;
+
+    the last three over the assigned predictions only, the first two weighted by ``2 - box
+    area / image area`` and all by the mix ratio. These are GluonCV's ``YOLOV3Loss`` values
+    (means over the elements times their number, as GluonCV computes them).
+
+    Parameters
+    ----------
+    ignore_iou_thresh : float
+        Of :class:`~gluondet.nn.YOLOV3ObjectnessTarget` (GluonCV's 0.7).
+
+    Inputs: the network's training outputs ``box_preds`` ``B x N x 4``, ``raw_centers``,
+    ``raw_scales`` ``B x N x 2``, ``objness`` ``B x N x 1``, ``class_pred`` ``B x N x C``;
+    ``gt_boxes`` ``B x M x 4`` (padding rows -1); the six targets of
+    :class:`~gluondet.nn.YOLOV3TargetGenerator`, batched (``B x N x ...``).
+
+    Outputs: ``obj, center, scale, cls``, each a ``B`` vector.
+    """
+
+    def __init__(self, ignore_iou_thresh=0.7, **kwargs):
+        super().__init__(**kwargs)
+        with self.name_scope():
+            self.objectness = YOLOV3ObjectnessTarget(ignore_iou_thresh)
+
+    def hybrid_forward(self, F, box_preds, raw_centers, raw_scales, objness, class_pred,
+                       gt_boxes, obj_t, center_t, scale_t, weight_t, class_t, class_mask):
+        obj_t = F.stop_gradient(self.objectness(box_preds, gt_boxes, obj_t))
+        positive = obj_t > 0
+        obj_loss = sigmoid_bce(F, objness, F.where(positive, F.ones_like(obj_t), obj_t))
+        obj_loss = obj_loss * F.where(positive, obj_t, obj_t >= 0)
+        weight_t = F.broadcast_mul(weight_t, obj_t)
+        center_loss = sigmoid_bce(F, raw_centers, center_t) * weight_t
+        scale_loss = F.abs(raw_scales - scale_t) * weight_t
+        cls_loss = sigmoid_bce(F, class_pred, class_t) * F.broadcast_mul(class_mask, obj_t)
+        return tuple(_image_sums(F, x) for x in (obj_loss, center_loss, scale_loss, cls_loss))
+
+
+def _image_sums(F, x):
+    """The sum over each image's elements of ``B x ...``, as GluonCV's mean times count."""
+    count = F.cast(F.shape_array(x).slice_axis(axis=0, begin=1, end=None).prod(), 'float32')
+    return F.broadcast_mul(F.mean(x, axis=0, exclude=True), count)
+
+
+class YOLOV3Loss(gluon.Block):
+    r"""YOLOv3's losses (:class:`YOLOV3LossTerms`) of every image divided by the number of
+    images of the whole batch (over all contexts and processes): the gradient of their sum is
+    GluonCV's (which sums over the images and divides by the batch size in
+    ``trainer.step``).
+
+    Inputs (lists over contexts): ``outputs``, the network's training outputs ``(box_preds,
+    raw_centers, raw_scales, objness, class_pred)``; ``gt_boxes`` ``B x M x 4``; ``targets``,
+    the six batched targets of :class:`~gluondet.nn.YOLOV3TargetGenerator`.
+
+    Outputs: ``{'loss_obj', 'loss_center', 'loss_scale', 'loss_cls': [per-context B-vector]}``.
+    """
+
+    def __init__(self, ignore_iou_thresh=0.7, **kwargs):
+        super().__init__(**kwargs)
+        with self.name_scope():
+            self.terms = YOLOV3LossTerms(ignore_iou_thresh)
+
+    def forward(self, outputs, gt_boxes, targets):
+        images = _total([nd.array([len(boxes)], ctx=boxes.context) for boxes in gt_boxes])
+        out = {name: [] for name in YOLOV3_LOSS_NAMES}
+        for output, boxes, target in zip(outputs, gt_boxes, targets):
+            norm = images.as_in_context(boxes.context)
+            for name, term in zip(YOLOV3_LOSS_NAMES, self.terms(*output, boxes, *target)):
+                out[name].append(nd.broadcast_div(term, norm))
         return out

@@ -1,5 +1,6 @@
-"""Detection building blocks as HybridBlocks: anchors, box coding, matching, targets, NMS,
-and the parts of two-stage detectors (RPN, ROI features, R-CNN targets, FPN)."""
+"""Detection building blocks as HybridBlocks: anchors, box coding, matching, targets (SSD,
+RetinaNet, YOLOv3), NMS, and the parts of two-stage detectors (RPN, ROI features, R-CNN
+targets, FPN)."""
 from .anchors import (GridAnchorGenerator, SSDAnchorGenerator, grid_anchors,
                       retina_anchor_shapes, ssd_anchor_shapes, ssd_anchors)
 from .boxops import batch_take, pairwise_iou
@@ -12,6 +13,7 @@ from .roi import ROIExtractor, fpn_levels, roi_rows
 from .rpn import RPNAnchorGenerator, RPNHead, RPNProposal, rpn_base_anchors
 from .sync_bn import SyncBatchNorm, sync_norm_layer
 from .target import AnchorTargetGenerator, SSDTargetGenerator
+from .yolo_target import YOLOV3ObjectnessTarget, YOLOV3TargetGenerator, yolo3_feature_sizes
 
 __all__ = ['GridAnchorGenerator', 'SSDAnchorGenerator', 'grid_anchors', 'retina_anchor_shapes',
            'ssd_anchor_shapes', 'ssd_anchors', 'AnchorTargetGenerator', 'LevelTopKNMS',
@@ -21,4 +23,5 @@ __all__ = ['GridAnchorGenerator', 'SSDAnchorGenerator', 'grid_anchors', 'retina_
            'MultiClassNMS', 'PerClassNMS', 'SSDTargetGenerator',
            'batch_take', 'pairwise_iou', 'FPN', 'ROIExtractor', 'fpn_levels', 'roi_rows',
            'RPNAnchorGenerator', 'RPNHead', 'RPNProposal', 'rpn_base_anchors',
-           'RPNTargetGenerator', 'RCNNTargetSampler', 'RCNNTargetGenerator']
+           'RPNTargetGenerator', 'RCNNTargetSampler', 'RCNNTargetGenerator',
+           'YOLOV3TargetGenerator', 'YOLOV3ObjectnessTarget', 'yolo3_feature_sizes']

@@ -1,0 +1,153 @@
+"""YOLOv3's training targets, as GluonCV makes them: the fixed part in numpy (data workers),
+the ignore mask from the predictions on the device.
+
+Prediction rows follow the network's order: outputs from the coarsest stride to the finest,
+then feature row, column, anchor.
+"""
+import numpy as np
+from mxnet import gluon
+
+from .boxops import pairwise_iou
+
+__all__ = ['YOLOV3TargetGenerator', 'YOLOV3ObjectnessTarget', 'yolo3_feature_sizes']
+
+
+def yolo3_feature_sizes(height, width, strides):
+    """``[(rows, columns)]`` of each output for an input of ``height x width``: ``ceil(size /
+    stride)``, what stride-2 3x3 convolutions with padding 1 give (the input size of any
+    multiple of 32 divides exactly)."""
+    return [(-(-height // s), -(-width // s)) for s in strides]
+
+
+class YOLOV3TargetGenerator:
+    """The targets that do not depend on the predictions (GluonCV's prefetch targets).
+
+    Each ground truth is assigned to one prediction: of all anchors of all outputs, the one
+    whose box, centered on the ground truth's, has the highest IoU with it (the first on ties);
+    in that anchor's output, the cell holding the ground truth's center. A later ground truth
+    assigned to the same prediction replaces an earlier one. Numpy only, so it runs in the
+    data workers; every float follows GluonCV's arithmetic, so the targets equal its own.
+
+    Parameters
+    ----------
+    num_class : int
+        Number of foreground classes.
+    anchors : 3 sequences of 6 numbers
+        Anchor widths and heights in input pixels, ``(w0, h0, w1, h1, w2, h2)`` per output,
+        in the outputs' order (the network's ``anchors``).
+    strides : 3 ints
+        Stride of each output, in the same order (the network's ``strides``).
+    label_smooth : bool
+        GluonCV's label smoothing: with ``s = min(1 / num_class, 1 / 40)``, a positive's
+        class target is ``1 - s`` for its class and ``s`` for the others.
+
+    Call
+    ----
+    ``generator(height, width, boxes, ids, mix_ratio=None)`` with the input size, ``boxes`` ``M
+    x 4`` corner boxes in input pixels, ``ids`` ``M`` class ids and, after mixup, ``mix_ratio``
+    ``M`` weights of the boxes. Rows with a negative id or coordinate are padding and skipped
+    (GluonCV stops at the first such row). Returns ``N``-row float32 arrays, ``N`` the number
+    of predictions (3 per cell of every output):
+
+    - objectness ``N x 1``: 1 (or the box's mix ratio) where assigned, else 0;
+    - center ``N x 2``: the center's position inside its cell, 0..1 (target of the sigmoid);
+    - scale ``N x 2``: ``log(max(box size, 1) / anchor size)``;
+    - weight ``N x 2``: ``2 - box area / image area`` (small boxes count more), 0 elsewhere;
+    - class ``N x C``: one-hot (smoothed with ``label_smooth``) where assigned, else -1;
+    - class mask ``N x C``: 1 where assigned, else 0.
+    """
+
+    def __init__(self, num_class, anchors, strides, label_smooth=False):
+        self.anchors = np.asarray(anchors, dtype=np.float32).reshape(len(strides), -1, 2)
+        self.strides = tuple(int(s) for s in strides)
+        self.num_class = int(num_class)
+        self.smooth = min(1. / self.num_class, 1. / 40) if label_smooth else 0.
+
+    def __call__(self, height, width, boxes, ids, mix_ratio=None):
+        num_layers, num_anchors = self.anchors.shape[:2]
+        sizes = yolo3_feature_sizes(height, width, self.strides)
+        cells = [rows * cols for rows, cols in sizes]
+        first_row = np.cumsum([0] + cells) * num_anchors
+        n = first_row[-1]
+        objectness = np.zeros((n, 1), np.float32)
+        center, scale, weight = (np.zeros((n, 2), np.float32) for _ in range(3))
+        classes = np.full((n, self.num_class), -1, np.float32)
+
+        boxes = np.asarray(boxes, dtype=np.float32).reshape(-1, 4)
+        ids = np.asarray(ids).reshape(-1)
+        ratio = (np.ones(len(ids), np.float32) if mix_ratio is None
+                 else np.asarray(mix_ratio, dtype=np.float32).reshape(-1))
+        keep = (boxes >= 0).all(axis=1) & (ids >= 0)
+        boxes, ids, ratio = boxes[keep], ids[keep].astype(np.int64), ratio[keep]
+        if len(ids) and ids.max() >= self.num_class:
+            raise ValueError('YOLOv3 targets: class id %d for %d classes'
+                             % (ids.max(), self.num_class))
+        box_w, box_h = boxes[:, 2] - boxes[:, 0], boxes[:, 3] - boxes[:, 1]
+        center_x = boxes[:, 0] + box_w * np.float32(0.5)
+        center_y = boxes[:, 1] + box_h * np.float32(0.5)
+        best = self._best_anchors(box_w, box_h)
+        for m, match in enumerate(best):
+            layer, anchor = divmod(int(match), num_anchors)
+            rows, cols = sizes[layer]
+            # float64 from here, as GluonCV's numpy scalars (float32 / int)
+            pos_x = np.float64(center_x[m]) / width * cols
+            pos_y = np.float64(center_y[m]) / height * rows
+            cell = int(pos_y) * cols + int(pos_x)   # a center on the right edge: next row's first
+            if cell >= cells[layer]:                # a center on the bottom edge: none
+                continue
+            row = first_row[layer] + cell * num_anchors + anchor
+            center[row] = pos_x - int(pos_x), pos_y - int(pos_y)
+            scale[row] = [self._log_ratio(size, self.anchors[layer, anchor, k])
+                          for k, size in enumerate((box_w[m], box_h[m]))]
+            weight[row] = 2.0 - np.float32(box_w[m] * box_h[m]) / width / height
+            objectness[row] = ratio[m]
+            classes[row] = self.smooth
+            classes[row, ids[m]] = np.float32(1) - np.float32(self.smooth)
+        # GluonCV keeps a ground truth's targets only where its objectness is positive
+        assigned = objectness > 0
+        for target in (center, scale, weight):
+            target *= assigned
+        classes[~assigned[:, 0]] = -1
+        class_mask = np.repeat(assigned.astype(np.float32), self.num_class, axis=1)
+        return objectness, center, scale, weight, classes, class_mask
+
+    def _best_anchors(self, box_w, box_h):
+        """Index (over all outputs' anchors) of the anchor shape of highest IoU with each box,
+        both centered at the origin: float32 as MXNet's ``box_iou``."""
+        anchors = self.anchors.reshape(-1, 2)
+        inter = (np.minimum(box_w[:, None], anchors[None, :, 0]) *
+                 np.minimum(box_h[:, None], anchors[None, :, 1]))
+        union = (anchors[:, 0] * anchors[:, 1])[None, :] + (box_w * box_h)[:, None] - inter
+        return (inter / union).argmax(axis=1)
+
+    @staticmethod
+    def _log_ratio(size, anchor):
+        """``log(max(size, 1) / anchor)``: in float32 for a size from 1, else in float64 (the
+        int 1 makes GluonCV's numpy scalar arithmetic float64)."""
+        if size >= 1:
+            return np.log(size / anchor)
+        return np.log(1 / np.float64(anchor))
+
+
+class YOLOV3ObjectnessTarget(gluon.HybridBlock):
+    """The objectness target with GluonCV's ignore mask: a prediction not assigned to a ground
+    truth whose box has an IoU above ``ignore_iou_thresh`` with a ground truth of its image is
+    ignored (-1) rather than a negative (0).
+
+    Parameters
+    ----------
+    ignore_iou_thresh : float
+        GluonCV's 0.7.
+
+    Inputs: ``box_preds`` ``B x N x 4`` predicted corner boxes in input pixels, ``gt_boxes`` ``B
+    x M x 4`` (padding rows -1), ``objectness`` ``B x N x 1`` from `YOLOV3TargetGenerator`.
+    Output: ``B x N x 1``, the objectness where positive, else 0 or -1 (ignored).
+    """
+
+    def __init__(self, ignore_iou_thresh=0.7, **kwargs):
+        super().__init__(**kwargs)
+        self._thresh = ignore_iou_thresh
+
+    def hybrid_forward(self, F, box_preds, gt_boxes, objectness):
+        best = pairwise_iou(F, box_preds, gt_boxes).max(axis=-1, keepdims=True)
+        return F.where(objectness > 0, objectness, -(best > self._thresh))

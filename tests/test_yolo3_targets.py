@@ -1,0 +1,237 @@
+"""YOLOv3's training targets and losses: by hand, and equal to GluonCV's on the same batch."""
+import numpy as np
+import pytest
+import mxnet as mx
+from mxnet import autograd, nd
+
+from gluondet.losses import YOLOV3Loss, YOLOV3LossTerms
+from gluondet.nn import YOLOV3ObjectnessTarget, YOLOV3TargetGenerator, yolo3_feature_sizes
+
+# GluonCV's anchors and strides, in the outputs' order (stride 32 first)
+ANCHORS = [[116, 90, 156, 198, 373, 326], [30, 61, 62, 45, 59, 119], [10, 13, 16, 30, 33, 23]]
+STRIDES = [32, 16, 8]
+NUM_CLASS = 20
+
+
+def test_one_box_by_hand():
+    targets = YOLOV3TargetGenerator(NUM_CLASS, ANCHORS, STRIDES)(
+        320, 320, [[100, 100, 150, 200], [-1, -1, -1, -1]], [3, -1])
+    objectness, center, scale, weight, classes, class_mask = targets
+    n = (10 * 10 + 20 * 20 + 40 * 40) * 3
+    assert [t.shape for t in targets] == [(n, 1), (n, 2), (n, 2), (n, 2), (n, 20), (n, 20)]
+    # 50 x 100 px: anchor 59 x 119 (stride 16, third); center (125, 150): cell (row 9, col 7)
+    row = 10 * 10 * 3 + (9 * 20 + 7) * 3 + 2
+    assert np.flatnonzero(objectness) == [row]
+    np.testing.assert_allclose(center[row], [0.8125, 0.375])
+    np.testing.assert_allclose(scale[row], np.log([50 / 59, 100 / 119]), rtol=1e-6)
+    np.testing.assert_allclose(weight[row], 2 - 5000 / 320 ** 2)
+    assert classes[row].tolist() == [0] * 3 + [1] + [0] * 16
+    assert (np.delete(classes, row, axis=0) == -1).all()
+    assert class_mask.sum() == 20 and (class_mask[row] == 1).all()
+    for target in (center, scale, weight):
+        assert np.count_nonzero(target) == 2
+
+
+def test_label_smoothing_and_bad_class():
+    generator = YOLOV3TargetGenerator(NUM_CLASS, ANCHORS, STRIDES, label_smooth=True)
+    objectness, _, _, _, classes, _ = generator(160, 160, [[10, 10, 60, 50]], [0])
+    positive = classes[objectness[:, 0] > 0]
+    np.testing.assert_allclose(positive, [[1 - 1 / 40] + [1 / 40] * 19])
+    with pytest.raises(ValueError, match='class id 20 for 20 classes'):
+        generator(160, 160, [[10, 10, 60, 50]], [20])
+
+
+def test_ignore_mask():
+    preds = nd.array([[[0, 0, 10, 10], [0, 0, 10, 7], [0, 0, 10, 8], [50, 50, 60, 60]]])
+    gt = nd.array([[[0, 0, 10, 10], [-1, -1, -1, -1]]])
+    objectness = nd.array([[[0.6], [0], [0], [0]]])
+    out = YOLOV3ObjectnessTarget(0.7)(preds, gt, objectness)
+    assert out.reshape(-1).asnumpy().tolist() == pytest.approx([0.6, 0, -1, 0])
+
+
+gluoncv = pytest.importorskip('gluoncv', reason='GluonCV parity needs gluoncv (0.11.0)')
+from gluoncv.loss import YOLOV3Loss as GluonCVLoss  # noqa: E402
+from gluoncv.model_zoo.yolo.yolo_target import (  # noqa: E402
+    YOLOV3PrefetchTargetGenerator, YOLOV3TargetMerger)
+
+
+@pytest.fixture(scope='module')
+def gluoncv_net():
+    mx.random.seed(5)
+    net = gluoncv.model_zoo.get_model('yolo3_mobilenet0.25_voc', pretrained_base=False)
+    net.initialize(mx.init.Xavier())
+    return net
+
+
+def test_network_anchors_and_feature_sizes(gluoncv_net):
+    anchors = [o.anchors.data().asnumpy().reshape(-1).tolist() for o in gluoncv_net.yolo_outputs]
+    assert anchors == ANCHORS and [o._stride for o in gluoncv_net.yolo_outputs] == STRIDES
+    for height, width in [(160, 160), (320, 320), (608, 608), (288, 192), (170, 250)]:
+        with autograd.train_mode():
+            feature_maps = gluoncv_net(nd.zeros((1, 3, height, width)))[3]
+        assert [f.shape[2:] for f in feature_maps] == yolo3_feature_sizes(height, width, STRIDES)
+
+
+def _labels(rng, height, width, count, pad):
+    """``count`` random boxes (tiny, large, on the edges), then ``pad`` rows of -1: ``M x 6``."""
+    x = np.sort(rng.uniform(0, width, (count, 2)), axis=1)
+    y = np.sort(rng.uniform(0, height, (count, 2)), axis=1)
+    boxes = np.stack([x[:, 0], y[:, 0], x[:, 1], y[:, 1]], axis=1)
+    if count >= 6:
+        boxes[:6] = [[width - 3, height - 5, width, height],      # bottom-right corner
+                     [5, 7, 5.4, 7.3],                            # under a pixel
+                     [0, 0, width, height],                       # the whole image
+                     [10, 20, 11, 40],                            # one pixel wide
+                     [10, height, 20, height],                    # flat, on the bottom edge
+                     [width, 10, width, 30]]                      # thin, on the right edge
+    labels = np.full((count + pad, 6), -1, np.float32)
+    labels[:count, :4] = boxes
+    labels[:count, 4] = rng.randint(0, NUM_CLASS, count)
+    labels[:count, 5] = 0
+    return labels
+
+
+def _batch(rng, height, width, counts, pad=3):
+    """Labels of one image per count (0: no box), padded to one length: ``B x M x 6``."""
+    most = max(counts) + pad
+    return np.stack([_labels(rng, height, width, c, most - c) for c in counts])
+
+
+def _gluoncv_prefetch(net, height, width, labels, mix):
+    """GluonCV's prefetch targets of each image, as its train transform makes them."""
+    fake = nd.zeros((1, 3, height, width))
+    with autograd.train_mode():
+        _, anchors, offsets, feature_maps = net(fake)[:4]
+    generator = YOLOV3PrefetchTargetGenerator(num_class=NUM_CLASS)
+    per_image = []
+    for image, ratio in zip(labels, mix):
+        per_image.append([t[0].asnumpy() for t in generator(
+            fake, feature_maps, anchors, offsets, nd.array(image[None, :, :4]),
+            nd.array(image[None, :, 4:5]), None if ratio is None else nd.array(ratio[None]))])
+    return [np.stack(t) for t in zip(*per_image)]
+
+
+def _ours(height, width, labels, mix, label_smooth=False):
+    generator = YOLOV3TargetGenerator(NUM_CLASS, ANCHORS, STRIDES, label_smooth=label_smooth)
+    per_image = [generator(height, width, image[:, :4], image[:, 4],
+                           None if ratio is None else ratio[:, 0])
+                 for image, ratio in zip(labels, mix)]
+    return [np.stack(t) for t in zip(*per_image)]
+
+
+def _mix_ratios(rng, labels, mixup):
+    if not mixup:
+        return [None] * len(labels)
+    return [rng.uniform(0.1, 0.9, (len(image), 1)).astype(np.float32) for image in labels]
+
+
+SIZES = [(160, 160), (224, 320), (320, 320), (416, 416)]
+
+
+@pytest.mark.parametrize('height,width', SIZES)
+@pytest.mark.parametrize('mixup', [False, True])
+def test_prefetch_targets_equal_gluoncv(gluoncv_net, height, width, mixup):
+    rng = np.random.RandomState(height + width + mixup)
+    labels = _batch(rng, height, width, [7, 0, 1, 40])
+    mix = _mix_ratios(rng, labels, mixup)
+    theirs = _gluoncv_prefetch(gluoncv_net, height, width, labels, mix)
+    ours = _ours(height, width, labels, mix)
+    assert ours[0].sum() > 0
+    for name, mine, their in zip(['objectness', 'center', 'scale', 'weight', 'class'],
+                                 ours, theirs):
+        assert mine.shape == their.shape, name
+        assert (mine == their).all(), (name, np.abs(mine - their).max())
+
+
+def _train_outputs(net, images):
+    """GluonCV's network outputs in training mode outside autograd.record: (box_preds,
+    raw_centers, raw_scales, objness, class_pred), the interface of gluondet's network."""
+    with autograd.train_mode():
+        out = net(images)
+    return out[0], out[4], out[5], out[6], out[7]
+
+
+def _setup(net, height, width, seed, label_smooth=False):
+    rng = np.random.RandomState(seed)
+    labels = _batch(rng, height, width, [5, 0, 12])
+    mix = _mix_ratios(rng, labels, seed % 2)
+    if mix[0] is not None:
+        mix[0][1] = 0      # gluondet's mixup with a fixed ratio of 1 weighs the partner's boxes 0
+    images = nd.array(rng.normal(size=(len(labels), 3, height, width)))
+    theirs = [nd.array(t) for t in _gluoncv_prefetch(net, height, width, labels, mix)]
+    ours = [nd.array(t) for t in _ours(height, width, labels, mix, label_smooth)]
+    return images, nd.array(labels[:, :, :4]), theirs, ours
+
+
+@pytest.mark.parametrize('label_smooth', [False, True])
+def test_merged_targets_equal_gluoncv(gluoncv_net, label_smooth):
+    images, gt_boxes, theirs, ours = _setup(gluoncv_net, 224, 192, 3, label_smooth)
+    box_preds = _train_outputs(gluoncv_net, images)[0]
+    merger = YOLOV3TargetMerger(NUM_CLASS, 0.7)
+    merger._label_smooth = label_smooth    # what GluonCV's train_yolo3.py --label-smooth sets
+    merged = [t.asnumpy() for t in merger(box_preds, gt_boxes, *theirs)]
+    objectness = YOLOV3ObjectnessTarget(0.7)(box_preds, gt_boxes, ours[0]).asnumpy()
+    assert (objectness == -1).sum() > 0 and (objectness > 0).sum() > 0
+    ours = [objectness] + [t.asnumpy() for t in ours[1:]]
+    for name, mine, their in zip(['objectness', 'center', 'scale', 'weight', 'class',
+                                  'class mask'], ours, merged):
+        assert (mine == their).all(), (name, np.abs(mine - their).max())
+
+
+@pytest.mark.parametrize('height,width,seed', [(160, 160, 0), (256, 192, 1), (320, 320, 2)])
+def test_losses_match_gluoncv(gluoncv_net, height, width, seed):
+    images, gt_boxes, theirs, ours = _setup(gluoncv_net, height, width, seed)
+    with autograd.record():
+        expected = [x.asnumpy() for x in gluoncv_net(images, gt_boxes, *theirs[:5])]
+    outputs = _train_outputs(gluoncv_net, images)
+    terms = YOLOV3LossTerms(0.7)
+    got = [x.asnumpy() for x in terms(*outputs, gt_boxes, *ours)]
+    terms.hybridize()
+    hybridized = [x.asnumpy() for x in terms(*outputs, gt_boxes, *ours)]
+    for mine, hybrid, their in zip(got, hybridized, expected):
+        assert mine.shape == their.shape == (3,)
+        np.testing.assert_allclose(mine, their, rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(hybrid, mine, rtol=1e-6)
+    assert expected[3][1] == 0 and expected[0][1] > 0      # no box: objectness loss only
+
+
+def test_gradients_match_gluoncv(gluoncv_net):
+    """The loss's gradients with respect to the network's outputs, GluonCV's and ours."""
+    images, gt_boxes, theirs, ours = _setup(gluoncv_net, 192, 192, 4, label_smooth=True)
+    outputs = _train_outputs(gluoncv_net, images)
+    merger = YOLOV3TargetMerger(NUM_CLASS, 0.7)
+    merger._label_smooth = True
+
+    def gradients(loss):
+        leaves = [x.copy() for x in outputs]
+        for leaf in leaves:
+            leaf.attach_grad()
+        with autograd.record():
+            autograd.backward([term.sum() for term in loss(leaves)])
+        return [leaf.grad.asnumpy() for leaf in leaves[1:]]
+
+    expected = gradients(lambda out: GluonCVLoss()(*(
+        [out[3], out[1], out[2], out[4]] + merger(out[0], gt_boxes, *theirs))))
+    got = gradients(lambda out: YOLOV3LossTerms(0.7)(*out, gt_boxes, *ours))
+    for mine, their in zip(got, expected):
+        assert np.abs(their).max() > 0
+        np.testing.assert_allclose(mine, their, rtol=1e-4, atol=1e-6)
+
+
+def test_loss_dict_over_contexts(gluoncv_net):
+    """Two contexts: each image's losses divided by the batch's images; they sum to GluonCV's
+    per-image sum over the batch size."""
+    images, gt_boxes, _, ours = _setup(gluoncv_net, 160, 160, 6)
+    outputs = _train_outputs(gluoncv_net, images)
+    whole = [x.asnumpy() for x in YOLOV3LossTerms(0.7)(*outputs, gt_boxes, *ours)]
+    contexts = [mx.cpu(0), mx.cpu(1)]
+    split = [slice(0, 1), slice(1, 3)]
+    losses = YOLOV3Loss(0.7)(
+        [[x[s].as_in_context(c) for x in outputs] for s, c in zip(split, contexts)],
+        [gt_boxes[s].as_in_context(c) for s, c in zip(split, contexts)],
+        [[x[s].as_in_context(c) for x in ours] for s, c in zip(split, contexts)])
+    assert list(losses) == ['loss_obj', 'loss_center', 'loss_scale', 'loss_cls']
+    for values, total in zip(losses.values(), whole):
+        assert [v.context for v in values] == contexts
+        np.testing.assert_allclose(np.concatenate([v.asnumpy() for v in values]), total / 3,
+                                   rtol=1e-6)
