@@ -46,6 +46,12 @@ def test_every_gluoncv_name_is_registered():
         assert info.has_weights == (name in ('yolo3_darknet53_voc', 'yolo3_darknet53_coco',
                                              'yolo3_mobilenet1.0_voc', 'yolo3_mobilenet1.0_coco'))
     assert get_model_info('yolo3_darknet53_voc').backbone == 'darknet53'
+    small = get_model_info('yolo3_mobilenet0.5_custom')      # gluondet's, for CPU training
+    assert (small.data_shape, small.backbone, small.has_weights) == ((320, 320), 'mobilenet0.5',
+                                                                     False)
+    net = _small('yolo3_mobilenet0.5_custom')
+    assert net.base_size == 320 and net(_input(160))[0].shape == (1, 100, 1)
+    assert [b.tip[0]._channels for b in net.yolo_blocks] == [256, 128, 128]  # pylint: disable=protected-access
     with pytest.raises(ValueError, match='needs classes'):
         get_model('yolo3_mobilenet0.25_custom', pretrained_base=False)
     with pytest.raises(TypeError, match='fixed classes'):
