@@ -3,7 +3,7 @@ import mxnet as mx
 from mxnet import gluon, nd
 
 from .collectives import process_share
-from .nn.yolo_target import YOLOV3ObjectnessTarget
+from .nn.yolo_target import YOLOV3DynamicTarget
 
 __all__ = ['SSDMultiBoxLoss', 'FocalLoss', 'RetinaNetLoss', 'RCNNLoss', 'YOLOV3Loss',
            'YOLOV3LossTerms', 'smooth_l1']
@@ -330,7 +330,7 @@ class YOLOV3LossTerms(gluon.HybridBlock):
 
     - objectness: sigmoid cross-entropy against 1 for the assigned predictions (weighted by
       their mix ratio), 0 for the others, except those ignored by
-      :class:`~gluondet.nn.YOLOV3ObjectnessTarget`;
+      :class:`~gluondet.nn.YOLOV3DynamicTarget`;
     - center: sigmoid cross-entropy of the center logits against the position in the cell;
     - scale: L1 of the log-scales;
     - class: sigmoid cross-entropy of each class logit;
@@ -342,31 +342,34 @@ class YOLOV3LossTerms(gluon.HybridBlock):
     Parameters
     ----------
     ignore_iou_thresh : float
-        Of :class:`~gluondet.nn.YOLOV3ObjectnessTarget` (GluonCV's 0.7).
+        Of :class:`~gluondet.nn.YOLOV3DynamicTarget` (GluonCV's 0.7).
+    label_smooth : bool
+        Of :class:`~gluondet.nn.YOLOV3DynamicTarget` (GluonCV's ``--label-smooth``).
 
     Inputs: the network's training outputs ``box_preds`` ``B x N x 4``, ``raw_centers``,
     ``raw_scales`` ``B x N x 2``, ``objness`` ``B x N x 1``, ``class_pred`` ``B x N x C``;
-    ``gt_boxes`` ``B x M x 4`` (padding rows -1); the six targets of
+    ``gt_boxes`` ``B x M x 4`` (padding rows -1); the five targets of
     :class:`~gluondet.nn.YOLOV3TargetGenerator`, batched (``B x N x ...``).
 
     Outputs: ``obj, center, scale, cls``, each a ``B`` vector.
     """
 
-    def __init__(self, ignore_iou_thresh=0.7, **kwargs):
+    def __init__(self, ignore_iou_thresh=0.7, label_smooth=False, **kwargs):
         super().__init__(**kwargs)
         with self.name_scope():
-            self.objectness = YOLOV3ObjectnessTarget(ignore_iou_thresh)
+            self.targets = YOLOV3DynamicTarget(ignore_iou_thresh, label_smooth)
 
     def hybrid_forward(self, F, box_preds, raw_centers, raw_scales, objness, class_pred,
-                       gt_boxes, obj_t, center_t, scale_t, weight_t, class_t, class_mask):
-        obj_t = F.stop_gradient(self.objectness(box_preds, gt_boxes, obj_t))
+                       gt_boxes, obj_t, center_t, scale_t, weight_t, class_id):
+        obj_t, class_t, class_mask = [F.stop_gradient(t) for t in self.targets(
+            box_preds, class_pred, gt_boxes, obj_t, class_id)]
         positive = obj_t > 0
         obj_loss = sigmoid_bce(F, objness, F.where(positive, F.ones_like(obj_t), obj_t))
         obj_loss = obj_loss * F.where(positive, obj_t, obj_t >= 0)
         weight_t = F.broadcast_mul(weight_t, obj_t)
         center_loss = sigmoid_bce(F, raw_centers, center_t) * weight_t
         scale_loss = F.abs(raw_scales - scale_t) * weight_t
-        cls_loss = sigmoid_bce(F, class_pred, class_t) * F.broadcast_mul(class_mask, obj_t)
+        cls_loss = F.broadcast_mul(sigmoid_bce(F, class_pred, class_t), class_mask * obj_t)
         return tuple(_image_sums(F, x) for x in (obj_loss, center_loss, scale_loss, cls_loss))
 
 
@@ -384,15 +387,17 @@ class YOLOV3Loss(gluon.Block):
 
     Inputs (lists over contexts): ``outputs``, the network's training outputs ``(box_preds,
     raw_centers, raw_scales, objness, class_pred)``; ``gt_boxes`` ``B x M x 4``; ``targets``,
-    the six batched targets of :class:`~gluondet.nn.YOLOV3TargetGenerator`.
+    the five batched targets of :class:`~gluondet.nn.YOLOV3TargetGenerator`.
+
+    Parameters: those of :class:`YOLOV3LossTerms`.
 
     Outputs: ``{'loss_obj', 'loss_center', 'loss_scale', 'loss_cls': [per-context B-vector]}``.
     """
 
-    def __init__(self, ignore_iou_thresh=0.7, **kwargs):
+    def __init__(self, ignore_iou_thresh=0.7, label_smooth=False, **kwargs):
         super().__init__(**kwargs)
         with self.name_scope():
-            self.terms = YOLOV3LossTerms(ignore_iou_thresh)
+            self.terms = YOLOV3LossTerms(ignore_iou_thresh, label_smooth)
 
     def forward(self, outputs, gt_boxes, targets):
         images = _total([nd.array([len(boxes)], ctx=boxes.context) for boxes in gt_boxes])

@@ -13,7 +13,7 @@ from .roi import ROIExtractor, fpn_levels, roi_rows
 from .rpn import RPNAnchorGenerator, RPNHead, RPNProposal, rpn_base_anchors
 from .sync_bn import SyncBatchNorm, sync_norm_layer
 from .target import AnchorTargetGenerator, SSDTargetGenerator
-from .yolo_target import YOLOV3ObjectnessTarget, YOLOV3TargetGenerator, yolo3_feature_sizes
+from .yolo_target import YOLOV3DynamicTarget, YOLOV3TargetGenerator, yolo3_feature_sizes
 
 __all__ = ['GridAnchorGenerator', 'SSDAnchorGenerator', 'grid_anchors', 'retina_anchor_shapes',
            'ssd_anchor_shapes', 'ssd_anchors', 'AnchorTargetGenerator', 'LevelTopKNMS',
@@ -24,4 +24,4 @@ __all__ = ['GridAnchorGenerator', 'SSDAnchorGenerator', 'grid_anchors', 'retina_
            'batch_take', 'pairwise_iou', 'FPN', 'ROIExtractor', 'fpn_levels', 'roi_rows',
            'RPNAnchorGenerator', 'RPNHead', 'RPNProposal', 'rpn_base_anchors',
            'RPNTargetGenerator', 'RCNNTargetSampler', 'RCNNTargetGenerator',
-           'YOLOV3TargetGenerator', 'YOLOV3ObjectnessTarget', 'yolo3_feature_sizes']
+           'YOLOV3TargetGenerator', 'YOLOV3DynamicTarget', 'yolo3_feature_sizes']

@@ -1,5 +1,5 @@
-"""YOLOv3's training targets, as GluonCV makes them: the fixed part in numpy (data workers),
-the ignore mask from the predictions on the device.
+"""YOLOv3's training targets, as GluonCV makes them: the assignment of the ground truths in
+numpy (data workers), the ignore mask and the class targets on the device.
 
 Prediction rows follow the network's order: outputs from the coarsest stride to the finest,
 then feature row, column, anchor.
@@ -9,7 +9,7 @@ from mxnet import gluon
 
 from .boxops import pairwise_iou
 
-__all__ = ['YOLOV3TargetGenerator', 'YOLOV3ObjectnessTarget', 'yolo3_feature_sizes']
+__all__ = ['YOLOV3TargetGenerator', 'YOLOV3DynamicTarget', 'yolo3_feature_sizes']
 
 
 def yolo3_feature_sizes(height, width, strides):
@@ -27,66 +27,56 @@ class YOLOV3TargetGenerator:
     in that anchor's output, the cell holding the ground truth's center. A later ground truth
     assigned to the same prediction replaces an earlier one. Numpy only, so it runs in the
     data workers; every float follows GluonCV's arithmetic, so the targets equal its own.
+    Classes travel as ids (one number per prediction instead of GluonCV's one-hot rows);
+    :class:`YOLOV3DynamicTarget` expands them on the device.
 
     Parameters
     ----------
-    num_class : int
-        Number of foreground classes.
     anchors : 3 sequences of 6 numbers
         Anchor widths and heights in input pixels, ``(w0, h0, w1, h1, w2, h2)`` per output,
         in the outputs' order (the network's ``anchors``).
     strides : 3 ints
         Stride of each output, in the same order (the network's ``strides``).
-    label_smooth : bool
-        GluonCV's label smoothing: with ``s = min(1 / num_class, 1 / 40)``, a positive's
-        class target is ``1 - s`` for its class and ``s`` for the others.
 
     Call
     ----
     ``generator(height, width, boxes, ids, mix_ratio=None)`` with the input size, ``boxes`` ``M
     x 4`` corner boxes in input pixels, ``ids`` ``M`` class ids and, after mixup, ``mix_ratio``
     ``M`` weights of the boxes. Rows with a negative id or coordinate are padding and skipped
-    (GluonCV stops at the first such row). Returns ``N``-row float32 arrays, ``N`` the number
-    of predictions (3 per cell of every output):
+    (GluonCV stops at the first such row). Returns float32 arrays of ``N`` rows, ``N`` the
+    number of predictions (3 per cell of every output); where a ground truth is assigned (and
+    its mix ratio is positive, else all as unassigned):
 
-    - objectness ``N x 1``: 1 (or the box's mix ratio) where assigned, else 0;
+    - objectness ``N x 1``: 1, or the box's mix ratio (else 0);
     - center ``N x 2``: the center's position inside its cell, 0..1 (target of the sigmoid);
     - scale ``N x 2``: ``log(max(box size, 1) / anchor size)``;
-    - weight ``N x 2``: ``2 - box area / image area`` (small boxes count more), 0 elsewhere;
-    - class ``N x C``: one-hot (smoothed with ``label_smooth``) where assigned, else -1;
-    - class mask ``N x C``: 1 where assigned, else 0.
+    - weight ``N x 2``: ``2 - box area / image area`` (small boxes count more), else 0;
+    - class id ``N x 1``: the box's class (else -1).
     """
 
-    def __init__(self, num_class, anchors, strides, label_smooth=False):
+    def __init__(self, anchors, strides):
         self.anchors = np.asarray(anchors, dtype=np.float32).reshape(len(strides), -1, 2)
         self.strides = tuple(int(s) for s in strides)
-        self.num_class = int(num_class)
-        self.smooth = min(1. / self.num_class, 1. / 40) if label_smooth else 0.
 
     def __call__(self, height, width, boxes, ids, mix_ratio=None):
-        num_layers, num_anchors = self.anchors.shape[:2]
+        num_anchors = self.anchors.shape[1]
         sizes = yolo3_feature_sizes(height, width, self.strides)
         cells = [rows * cols for rows, cols in sizes]
         first_row = np.cumsum([0] + cells) * num_anchors
         n = first_row[-1]
-        objectness = np.zeros((n, 1), np.float32)
+        objectness, class_id = np.zeros((n, 1), np.float32), np.full((n, 1), -1, np.float32)
         center, scale, weight = (np.zeros((n, 2), np.float32) for _ in range(3))
-        classes = np.full((n, self.num_class), -1, np.float32)
 
         boxes = np.asarray(boxes, dtype=np.float32).reshape(-1, 4)
-        ids = np.asarray(ids).reshape(-1)
+        ids = np.asarray(ids, dtype=np.float32).reshape(-1)
         ratio = (np.ones(len(ids), np.float32) if mix_ratio is None
                  else np.asarray(mix_ratio, dtype=np.float32).reshape(-1))
         keep = (boxes >= 0).all(axis=1) & (ids >= 0)
-        boxes, ids, ratio = boxes[keep], ids[keep].astype(np.int64), ratio[keep]
-        if len(ids) and ids.max() >= self.num_class:
-            raise ValueError('YOLOv3 targets: class id %d for %d classes'
-                             % (ids.max(), self.num_class))
+        boxes, ids, ratio = boxes[keep], ids[keep], ratio[keep]
         box_w, box_h = boxes[:, 2] - boxes[:, 0], boxes[:, 3] - boxes[:, 1]
         center_x = boxes[:, 0] + box_w * np.float32(0.5)
         center_y = boxes[:, 1] + box_h * np.float32(0.5)
-        best = self._best_anchors(box_w, box_h)
-        for m, match in enumerate(best):
+        for m, match in enumerate(self._best_anchors(box_w, box_h)):
             layer, anchor = divmod(int(match), num_anchors)
             rows, cols = sizes[layer]
             # float64 from here, as GluonCV's numpy scalars (float32 / int)
@@ -99,17 +89,14 @@ class YOLOV3TargetGenerator:
             center[row] = pos_x - int(pos_x), pos_y - int(pos_y)
             scale[row] = [self._log_ratio(size, self.anchors[layer, anchor, k])
                           for k, size in enumerate((box_w[m], box_h[m]))]
-            weight[row] = 2.0 - np.float32(box_w[m] * box_h[m]) / width / height
-            objectness[row] = ratio[m]
-            classes[row] = self.smooth
-            classes[row, ids[m]] = np.float32(1) - np.float32(self.smooth)
-        # GluonCV keeps a ground truth's targets only where its objectness is positive
+            weight[row] = 2.0 - box_w[m] * box_h[m] / width / height
+            objectness[row], class_id[row] = ratio[m], ids[m]
+        # GluonCV keeps an assignment's targets only where its objectness is positive
         assigned = objectness > 0
         for target in (center, scale, weight):
             target *= assigned
-        classes[~assigned[:, 0]] = -1
-        class_mask = np.repeat(assigned.astype(np.float32), self.num_class, axis=1)
-        return objectness, center, scale, weight, classes, class_mask
+        class_id[~assigned] = -1
+        return objectness, center, scale, weight, class_id
 
     def _best_anchors(self, box_w, box_h):
         """Index (over all outputs' anchors) of the anchor shape of highest IoU with each box,
@@ -129,25 +116,43 @@ class YOLOV3TargetGenerator:
         return np.log(1 / np.float64(anchor))
 
 
-class YOLOV3ObjectnessTarget(gluon.HybridBlock):
-    """The objectness target with GluonCV's ignore mask: a prediction not assigned to a ground
-    truth whose box has an IoU above ``ignore_iou_thresh`` with a ground truth of its image is
-    ignored (-1) rather than a negative (0).
+class YOLOV3DynamicTarget(gluon.HybridBlock):
+    """The targets made on the device: GluonCV's ignore mask and class targets.
+
+    A prediction not assigned to a ground truth whose box has an IoU above
+    ``ignore_iou_thresh`` with a ground truth of its image is ignored (objectness -1) rather
+    than a negative (0). The class targets of an assigned prediction are one-hot, or with
+    ``label_smooth`` (``s = min(1 / C, 1 / 40)``) ``1 - s`` for its class and ``s`` for the
+    others; only assigned predictions have a class loss.
 
     Parameters
     ----------
     ignore_iou_thresh : float
         GluonCV's 0.7.
+    label_smooth : bool
+        GluonCV's ``--label-smooth``.
 
-    Inputs: ``box_preds`` ``B x N x 4`` predicted corner boxes in input pixels, ``gt_boxes`` ``B
-    x M x 4`` (padding rows -1), ``objectness`` ``B x N x 1`` from `YOLOV3TargetGenerator`.
-    Output: ``B x N x 1``, the objectness where positive, else 0 or -1 (ignored).
+    Inputs: ``box_preds`` ``B x N x 4`` predicted corner boxes in input pixels, ``class_pred``
+    ``B x N x C`` (only its shape is read), ``gt_boxes`` ``B x M x 4`` (padding rows -1),
+    ``objectness`` and ``class_id`` ``B x N x 1`` from `YOLOV3TargetGenerator`.
+
+    Outputs: ``objectness`` ``B x N x 1``, the objectness where positive, else 0 or -1
+    (ignored); ``class_targets`` ``B x N x C``; ``class_mask`` ``B x N x 1``, 1 where assigned.
     """
 
-    def __init__(self, ignore_iou_thresh=0.7, **kwargs):
+    def __init__(self, ignore_iou_thresh=0.7, label_smooth=False, **kwargs):
         super().__init__(**kwargs)
         self._thresh = ignore_iou_thresh
+        self._label_smooth = label_smooth
 
-    def hybrid_forward(self, F, box_preds, gt_boxes, objectness):
+    def hybrid_forward(self, F, box_preds, class_pred, gt_boxes, objectness, class_id):
         best = pairwise_iou(F, box_preds, gt_boxes).max(axis=-1, keepdims=True)
-        return F.where(objectness > 0, objectness, -(best > self._thresh))
+        objectness = F.where(objectness > 0, objectness, -(best > self._thresh))
+        classes = F.contrib.arange_like(class_pred, axis=-1).reshape((1, 1, -1))
+        one_hot = F.broadcast_equal(class_id, classes)
+        if self._label_smooth:
+            count = F.shape_array(class_pred).slice_axis(axis=0, begin=-1, end=None)
+            off = (1 / F.maximum(F.cast(count, 'float32'), 40)).reshape((1, 1, 1))
+            one_hot = F.where(one_hot, F.broadcast_like(1 - off, one_hot),
+                              F.broadcast_like(off, one_hot))
+        return objectness, one_hot, class_id >= 0
