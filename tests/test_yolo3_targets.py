@@ -2,9 +2,10 @@
 import numpy as np
 import pytest
 import mxnet as mx
-from mxnet import autograd, nd
+from mxnet import autograd, gluon, nd
 
 from gluondet.losses import YOLOV3Loss, YOLOV3LossTerms
+from gluondet.model_zoo import get_model
 from gluondet.nn import YOLOV3DynamicTarget, YOLOV3TargetGenerator, yolo3_feature_sizes
 
 # GluonCV's anchors and strides, in the outputs' order (stride 32 first)
@@ -118,6 +119,34 @@ def test_loss_dict_over_contexts():
     for part in parts:
         assert not part[0].grad.asnumpy().any()
         assert all(x.grad.asnumpy().any() for x in part[1:])
+
+
+def test_gluondet_network_learns_from_the_losses():
+    """gluondet's network (hybridized): its anchors, strides and outputs fit the targets, every
+    parameter with a gradient gets one, and a few steps on one batch lower the loss."""
+    mx.random.seed(1)
+    net = get_model('yolo3_mobilenet0.25_voc', pretrained_base=False)
+    net.initialize(mx.init.Xavier())
+    net.hybridize()
+    rng = np.random.RandomState(1)
+    labels = _batch(rng, 160, 192, [6, 0])
+    generator = YOLOV3TargetGenerator(net.anchors, net.strides)
+    targets = [nd.array(np.stack(t)) for t in zip(*[
+        generator(160, 192, image[:, :4], image[:, 4]) for image in labels])]
+    images, gt_boxes = nd.array(rng.normal(size=(2, 3, 160, 192))), nd.array(labels[:, :, :4])
+    loss = YOLOV3Loss(label_smooth=True)
+    trainer = gluon.Trainer(net.collect_params(), 'sgd', {'learning_rate': 1e-3})
+    totals = []
+    for _ in range(4):
+        with autograd.record():
+            losses = loss([net(images)], [gt_boxes], [targets])
+            total = nd.add_n(*[v[0].sum() for v in losses.values()])
+        total.backward()
+        trainer.step(1)
+        totals.append(total.asscalar())
+    assert np.isfinite(totals).all() and totals[-1] < totals[0] / 2
+    trained = [p for p in net.collect_params().values() if p.grad_req != 'null']
+    assert all(p.grad().asnumpy().any() for p in trained)
 
 
 try:    # the parity tests below need GluonCV; the ones above run without it
