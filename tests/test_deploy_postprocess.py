@@ -23,7 +23,7 @@ from gluondet.deploy.deepstream import nvinfer_properties  # noqa: E402
 from export_checks import checked_detector, run_onnx  # noqa: E402
 
 SIZE = 64
-KNOWN = "(rcnn, sigmoid_topk_nms, softmax_nms)"
+KNOWN = '(%s)' % ', '.join(sorted(KINDS))
 
 
 class TinyFeatures(gluon.HybridBlock):
@@ -83,7 +83,7 @@ def test_the_zoo_detectors_declare_their_kinds():
     (AnchorFreeSSD, "AnchorFreeSSD: post-processing kind 'anchor_free_decode' is not one deploy "
                     "knows " + KNOWN),
     (UndeclaredSSD, "UndeclaredSSD declares no postprocess_kind: deploy needs one of "
-                    "rcnn, sigmoid_topk_nms, softmax_nms"),
+                    + KNOWN[1:-1]),
 ])
 def test_a_network_of_no_known_kind_is_refused_by_name(cls, message, tmp_path):
     net = tiny(cls)

@@ -7,6 +7,7 @@ import pytest
 from mxnet import autograd
 from mxnet.gluon import nn
 
+from gluondet.deploy import detecting_random_weights
 from gluondet.model_zoo import get_model, get_model_info
 from gluondet.model_zoo.backbones import darknet53
 from gluondet.model_zoo.gluoncv_yolo import load_gluoncv_darknet, yolo_key_table
@@ -51,7 +52,7 @@ def test_every_gluoncv_name_is_registered():
                                                                      False)
     net = _small('yolo3_mobilenet0.5_custom')
     assert net.base_size == 320 and net(_input(160))[0].shape == (1, 100, 1)
-    assert [b.tip[0]._channels for b in net.yolo_blocks] == [256, 128, 128]  # pylint: disable=protected-access
+    assert [b.tip[0].weight.shape[0] for b in net.yolo_blocks] == [256, 128, 128]
     with pytest.raises(ValueError, match='needs classes'):
         get_model('yolo3_mobilenet0.25_custom', pretrained_base=False)
     with pytest.raises(TypeError, match='fixed classes'):
@@ -143,53 +144,20 @@ def test_norm_layer_reaches_backbone_and_head():
     norms = []
     net.apply(lambda block: norms.append(block) if isinstance(block, nn.BatchNorm) else None)
     assert len(norms) == 27 + 3 * 6 + 2    # backbone, the 3 blocks' 6 cells, 2 transitions
-    assert all(isinstance(n, SyncBatchNorm) and n._kwargs['momentum'] == 0.8 for n in norms)  # pylint: disable=protected-access
+    # pylint: disable=protected-access
+    assert all(isinstance(n, SyncBatchNorm) and n._kwargs['momentum'] == 0.8 for n in norms)
 
 
 # ---- GluonCV ----------------------------------------------------------------------------
 
 def _detecting_gluoncv(name, x, seed=0):
-    """GluonCV's network with random weights that detect: BatchNorm statistics measured on
-    ``x`` (features neither vanish nor explode), prediction rows centred and scaled (centers
-    std 1, log-scales std 0.3, objectness and class logits std 2)."""
+    """GluonCV's network with random weights that detect on ``x``: deploy's for YOLOv3
+    (:func:`~gluondet.deploy.compare.yolo3_detecting` reads only the ``yolo_outputs``, which
+    GluonCV's network has too), its instance given our post-processing kind to find them."""
     gluoncv = pytest.importorskip('gluoncv')
-    rng = np.random.RandomState(seed)
     net = gluoncv.model_zoo.get_model(name, pretrained_base=False)
-    net.initialize(mx.init.Xavier())
-    net(x)
-
-    def statistics(block, inputs):
-        mean_square = (inputs[0] ** 2).mean(axis=(0, 2, 3))
-        block.running_mean.set_data(mx.nd.zeros_like(mean_square))
-        block.running_var.set_data(mean_square)
-        block.beta.set_data(mx.nd.array(rng.uniform(-0.2, 0.5, mean_square.shape)))
-        block.gamma.set_data(mx.nd.array(rng.uniform(0.5, 1.5, mean_square.shape)))
-
-    outputs = {}
-
-    def keep(block, _, output):
-        outputs[block.name] = output
-
-    hooks = []
-    net.apply(lambda b: hooks.append(b.register_forward_pre_hook(statistics))
-              if isinstance(b, nn.BatchNorm) else None)
-    net(x)
-    for hook in hooks:
-        hook.detach()
-    hooks = [o.prediction.register_forward_hook(keep) for o in net.yolo_outputs]
-    net(x)
-    for hook in hooks:
-        hook.detach()
-    for output in net.yolo_outputs:
-        conv = output.prediction
-        rows = outputs[conv.name].transpose((1, 0, 2, 3)).reshape((0, -1)).asnumpy()
-        width = rows.shape[0] // 3
-        std = np.array([1, 1, 0.3, 0.3] + [2] * (width - 4))[np.arange(rows.shape[0]) % width]
-        mean = rows.mean(axis=1)
-        factor = std / (rows - mean[:, None]).std(axis=1)
-        weight = conv.weight.data().asnumpy()
-        conv.weight.set_data(mx.nd.array(weight * factor[:, None, None, None]))
-        conv.bias.set_data(mx.nd.array((conv.bias.data().asnumpy() - mean) * factor))
+    net.postprocess_kind = 'yolo3'
+    detecting_random_weights(net, x, seed)
     return net
 
 
@@ -218,7 +186,8 @@ def test_key_table_covers_every_parameter_once():
     for name in ('yolo3_darknet53_voc', 'yolo3_mobilenet1.0_voc'):
         net = get_model(name, pretrained_base=False)
         table = yolo_key_table(net)
-        assert sorted(table.values()) == sorted(net._collect_params_with_prefix())  # pylint: disable=protected-access
+        ours = net._collect_params_with_prefix()  # pylint: disable=protected-access
+        assert sorted(table.values()) == sorted(ours)
     assert table['stages.1.0.weight'] == 'backbone.blocks.5.depthwise.conv.weight'
     assert table['stages.2.4.gamma'] == 'backbone.blocks.11.pointwise.bn.gamma'
     table = yolo_key_table(get_model('yolo3_darknet53_voc', pretrained_base=False))

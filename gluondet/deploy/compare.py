@@ -130,7 +130,7 @@ def detecting_random_weights(net, x, seed=0, class_std=2.0, max_gap=6.0):
 
     How the predictors are scaled is the post-processing kind's
     (:mod:`gluondet.deploy.postprocess`, ``detecting_weights``): :func:`softmax_detecting`,
-    :func:`sigmoid_detecting`, :func:`rcnn_detecting`.
+    :func:`sigmoid_detecting`, :func:`rcnn_detecting`, :func:`yolo3_detecting`.
 
     Parameters
     ----------
@@ -252,3 +252,40 @@ def rcnn_detecting(net, x, class_std, max_gap):
         _fit(net.class_predictor, net.class_predictor(box_feat).asnumpy(), class_std,
              gap=max_gap)
         _fit(net.box_predictor, net.box_predictor(box_feat).asnumpy(), 1, 4)
+
+
+def yolo3_detecting(net, x, class_std, max_gap):
+    """The ``yolo3`` part of :func:`detecting_random_weights` (YOLOv3's, GluonCV's network
+    too: it reads only ``yolo_outputs[i].prediction``).
+
+    Each output row of the prediction layers is centred on its mean over ``x`` and scaled:
+    center offsets to std 1, log-scales to std 0.3 (at most 1: boxes near their anchors),
+    objectness logits to std ``class_std`` and class logits to std ``class_std`` centred
+    1 below 0, each at most ``max_gap / 2`` from its centre (so that scores, products of two
+    sigmoids, stay below about 0.95 and runtimes' roundings order them alike).
+    """
+    found = {}
+    hooks = [output.prediction.register_forward_hook(
+        lambda block, inputs, out: found.setdefault(block.name, out))
+        for output in net.yolo_outputs]
+    with autograd.predict_mode():
+        net(x)
+    for hook in hooks:
+        hook.detach()
+    for output in net.yolo_outputs:
+        conv = output.prediction
+        rows = found[conv.name].transpose((1, 0, 2, 3)).reshape((0, -1)).asnumpy()
+        width = len(rows) // output.anchors.shape[2]      # rows per anchor
+        # 0, 1: center; 2, 3: log-scale; 4: objectness; 5: a class
+        kind = np.minimum(np.arange(len(rows)) % width, 5)
+        std = np.array([1, 1, 0.3, 0.3, class_std, class_std])[kind]
+        largest = np.array([4, 4, 1, 1, max_gap / 2, max_gap / 2])[kind]
+        mean = rows.mean(axis=1)
+        centered = rows - mean[:, None]
+        factor = np.minimum(std / centered.std(axis=1), largest / np.abs(centered).max(axis=1))
+        shift = np.where(kind == 5, -1.0, 0.0)
+        weight = conv.weight.data()
+        conv.weight.set_data(weight * mx.nd.array(factor.reshape(-1, 1, 1, 1),
+                                                  ctx=weight.context))
+        conv.bias.set_data(mx.nd.array((conv.bias.data().asnumpy() - mean) * factor + shift,
+                                       ctx=weight.context))

@@ -44,6 +44,7 @@ from ..files import atomic_write
 from ..nn.roi import fpn_levels
 from .onnx_graph import (GraphBuilder, add_rcnn_postprocess, add_retinanet_postprocess,
                          add_roi_align, add_rpn_proposals, add_ssd_postprocess)
+from .onnx_yolo3 import add_yolo3_postprocess, yolo3_body
 from .postprocess import postprocess_of
 from .symbol import check_float32_process, input_shape, rcnn_body, ssd_body
 
@@ -271,6 +272,21 @@ def rcnn_graph(net, shape, symbolic):
              'rpn': {'nms_thresh': proposal.nms_thresh, 'pre_nms': pre_nms,
                      'post_nms': num_rois, 'min_size': proposal.min_size}}
     return graph, rows, props
+
+
+def yolo3_graph(net, shape, symbolic):
+    """``yolo3`` (YOLOv3's): mx2onnx's body up to the prediction layers, then the decoding
+    (cell grids from each map's shape: any input size) and the post-processing."""
+    symbol, params, level_sizes = yolo3_body(net, shape[2:])
+    graph = _convert_body(symbol, params, [('data', shape)], symbolic)
+    nms = net.postprocess
+    post = GraphBuilder('postprocess')
+    rows = add_yolo3_postprocess(
+        post, ['pred%d' % i for i in range(len(level_sizes))], net.anchors, net.strides,
+        level_sizes, net.num_classes, nms.score_thresh, nms.nms_thresh, nms.nms_topk,
+        nms.post_nms, OUTPUTS)
+    _append(graph, post)
+    return graph, rows, {'nms': _nms_props(nms)}
 
 
 def _fpn_level_bounds(min_level, num_levels, canonical_level):

@@ -63,6 +63,15 @@ KINDS = {row.kind: row for row in [
             'proposals': "the RPN's pre-NMS top-k (rpn_test_pre_nms, capped by the anchors of "
                          "the input size) or its post-NMS count (rpn_test_post_nms)",
             'postprocess': _DETECTION_NMS + ', classes x regions)'}),
+    Postprocess(
+        'yolo3',
+        'boxes decoded from each cell and anchor, scores sigmoid(objectness) x sigmoid(class), '
+        'the best candidates of each output, NMS within each class (GluonCV\'s YOLOv3)',
+        any_size=True,      # the cell grids are made from each map's shape in the graph
+        onnx_graph='yolo3_graph',
+        detecting_weights='yolo3_detecting',
+        topk_settings={'postprocess': _DETECTION_NMS + '; each output keeps max(nms_topk, '
+                                      'post_nms) candidates)'}),
 ]}
 
 
