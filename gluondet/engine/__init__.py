@@ -66,6 +66,15 @@ Optional, each with the default behaviour when absent:
     (Faster R-CNN: landscape or portrait, from the image sizes). It must be
     a function of ``(seed, epoch)`` only, so that a resume is exact.
     Default: an `EpochBatchSampler`.
+``train_sizes`` (and ``train_size_interval``, default 10)
+    Multi-scale training (YOLOv3's ``--no-random-shape`` off): a sequence of
+    input sizes, each a side or ``(width, height)``; every
+    ``train_size_interval`` steps the batches take one of them, drawn from
+    ``(seed, global step // interval)`` alone (`SizedBatchSampler`), so all
+    ranks and a resumed run use the same. Each sample's `SampleIndex` carries
+    its batch's ``(width, height)`` as ``size`` to the task's dataset
+    (``gluondet.data.multiscale.SizedTransform`` hands it to the transform).
+    None (default): every sample's ``size`` is None.
 ``supports_mixup = True``
     The task's train dataset mixes images when ``SampleIndex.mixup`` says so
     (its raw dataset wrapped in ``gluondet.data.mixup.MixupDetection``,
@@ -123,7 +132,8 @@ from .config import TrainConfig
 from .context import Runtime, average_statistics, local_runtime, make_contexts
 from .distributed import HorovodRuntime, KVStoreRuntime, make_runtime
 from .watchdog import Watchdog
-from .data import EpochBatchSampler, GroupedBatchSampler, SampleIndex, SeededDataset, TrainData
+from .data import (EpochBatchSampler, GroupedBatchSampler, SampleIndex, SeededDataset,
+                   SizedBatchSampler, TrainData)
 from .batch_images import BatchImagesHook
 from .curves import CurvesHook
 from .early_stopping import EarlyStoppingHook
@@ -139,7 +149,8 @@ __all__ = [
     'fit', 'FitResult', 'TrainConfig', 'TrainLoop', 'TrainState', 'split_batch',
     'Runtime', 'local_runtime', 'make_contexts', 'LRSchedule', 'make_runtime', 'HorovodRuntime',
     'KVStoreRuntime', 'process_share', 'mean_over_processes', 'average_statistics', 'Watchdog',
-    'EpochBatchSampler', 'GroupedBatchSampler', 'SampleIndex', 'SeededDataset', 'TrainData',
+    'EpochBatchSampler', 'GroupedBatchSampler', 'SampleIndex', 'SeededDataset',
+    'SizedBatchSampler', 'TrainData',
     'trainable_params', 'disable_weight_decay', 'NO_WD_PATTERN',
     'Checkpointer', 'CheckpointError', 'read_manifest', 'save_params',
     'HookBase', 'default_hooks', 'SeedHook', 'LRScheduleHook', 'NonFiniteHook', 'LoggingHook',

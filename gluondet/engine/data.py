@@ -20,8 +20,17 @@ to the batch's largest image wastes little). Both follow one protocol, which
 a task's own sampler (``task.train_batch_sampler``) follows too:
 ``length``, ``batches_per_epoch`` (the same every epoch),
 ``set_epoch(epoch, start)`` and iteration yielding lists of keys.
+
+Multi-scale training (YOLOv3's): a task may train each batch at its own input
+size. `SizedBatchSampler` gives every ``interval`` steps a size drawn from
+``(seed, step // interval)`` alone (``step`` the global batch index), so the
+sizes are the same with any number of workers, on every rank, and after a
+resume. Each key of a batch travels with its size, as ``(key, (width,
+height))``, to the process that reads it, where `SampleIndex.size` carries it
+to the task's dataset: no transform is swapped while workers prefetch.
 """
 import contextlib
+import numbers
 import random
 
 import mxnet as mx
@@ -29,7 +38,9 @@ import numpy as np
 from mxnet import gluon
 
 # Purpose tags keep the seeds derived for different uses apart.
-_SAMPLER, _SAMPLE, _STEP = 1, 2, 3
+_SAMPLER, _SAMPLE, _STEP, _SIZE = 1, 2, 3, 4
+
+SIZE_INTERVAL = 10  # steps between input size changes, GluonCV's YOLOv3 default
 
 
 def derive_seed(*words):
@@ -76,23 +87,30 @@ class SampleIndex(int):
     mixup : bool
         Whether this epoch trains with mixup (``config.mixup`` and not one of
         the last ``config.no_mixup_epochs``).
+    size : (int, int) or None
+        The ``(width, height)`` the sample's batch is made at (the task's
+        ``train_sizes``, see `SizedBatchSampler`); None without per-batch sizes.
     """
 
-    def __new__(cls, index, epoch, mixup=False):
+    def __new__(cls, index, epoch, mixup=False, size=None):
         self = super().__new__(cls, index)
         self.epoch = int(epoch)
         self.mixup = bool(mixup)
+        self.size = None if size is None else tuple(size)
         return self
 
     def __reduce__(self):
-        return type(self), (int(self), self.epoch, self.mixup)
+        return type(self), (int(self), self.epoch, self.mixup, self.size)
 
     def __repr__(self):
-        return 'SampleIndex(%d, epoch=%d, mixup=%s)' % (int(self), self.epoch, self.mixup)
+        return 'SampleIndex(%d, epoch=%d, mixup=%s, size=%s)' % (int(self), self.epoch,
+                                                                  self.mixup, self.size)
 
 
 class SeededDataset(gluon.data.Dataset):
     """Reads ``dataset`` by sampler key, seeding the host RNGs per sample.
+
+    A key is an ``int`` or, from a `SizedBatchSampler`, ``(int, (width, height))``.
 
     Parameters
     ----------
@@ -115,9 +133,10 @@ class SeededDataset(gluon.data.Dataset):
         return self._length
 
     def __getitem__(self, key):
+        key, size = key if isinstance(key, tuple) else (key, None)
         epoch, index = divmod(int(key), self._length)
         with _seeded_host_rngs(derive_seed(_SAMPLE, self._seed, epoch, index)):
-            return self._dataset[SampleIndex(index, epoch, epoch < self._mixup_epochs)]
+            return self._dataset[SampleIndex(index, epoch, epoch < self._mixup_epochs, size)]
 
 
 class _EpochSampler(gluon.data.Sampler):
@@ -232,6 +251,78 @@ class GroupedBatchSampler(_EpochSampler):
         return [b.reshape(self.world_size, self.batch_size)[self.rank] for b in batches]
 
 
+def _is_positive_int(value):
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool) and value >= 1
+
+
+def _input_sizes(sizes):
+    """``sizes`` as a tuple of ``(width, height)`` pairs of ints, or ValueError."""
+    def pair(size):
+        width, height = (size, size) if _is_positive_int(size) else size
+        if not (_is_positive_int(width) and _is_positive_int(height)):
+            raise ValueError
+        return int(width), int(height)
+    try:
+        out = tuple(pair(size) for size in sizes)
+    except (TypeError, ValueError):
+        out = ()
+    if not out:
+        raise ValueError('train_sizes must be a non-empty sequence of input sizes, each a '
+                         'positive int or (width, height), got %r' % (sizes,))
+    return out
+
+
+class SizedBatchSampler:
+    """A batch sampler's batches, each key paired with the input size of its batch.
+
+    Global step ``s`` (``epoch * batches_per_epoch + batch``) is made at one of
+    ``sizes``, drawn uniformly from ``(seed, s // interval)``: a new size every
+    ``interval`` steps, as GluonCV's ``RandomTransformDataLoader`` draws a new transform
+    every ``interval`` batches, but a function of the seed and the step alone.
+
+    Parameters
+    ----------
+    sampler : batch sampler
+        Follows the samplers' protocol (see the module docstring).
+    sizes : sequence of int or (int, int)
+        Input sizes: a side (square) or ``(width, height)``.
+    interval : int
+        Steps per size.
+    seed : int
+
+    Iteration yields the batches of ``sampler`` as lists of ``(key, (width, height))``.
+    """
+
+    def __init__(self, sampler, sizes, interval, seed):
+        if not _is_positive_int(interval):
+            raise ValueError('train_size_interval must be an integer >= 1, got %r'
+                             % (interval,))
+        self.sampler = sampler
+        self.sizes = _input_sizes(sizes)
+        self.interval = int(interval)
+        self.seed = seed
+        self.epoch = self.start = 0
+
+    def size_at(self, step):
+        """The ``(width, height)`` of global step ``step``."""
+        block = step // self.interval
+        return self.sizes[derive_seed(_SIZE, self.seed, block) % len(self.sizes)]
+
+    def set_epoch(self, epoch, start=0):
+        """Make the next iteration yield epoch ``epoch`` from batch ``start``."""
+        self.sampler.set_epoch(epoch, start)
+        self.epoch, self.start = epoch, start
+
+    def __len__(self):
+        return self.sampler.batches_per_epoch - self.start
+
+    def __iter__(self):
+        first = self.epoch * self.sampler.batches_per_epoch + self.start
+        for step, keys in enumerate(self.sampler, first):
+            size = self.size_at(step)
+            yield [(key, size) for key in keys]
+
+
 class TrainData:
     """The engine's training DataLoader over a task's dataset.
 
@@ -249,10 +340,15 @@ class TrainData:
         `EpochBatchSampler` from the arguments above.
     mixup_epochs : int
         See `SeededDataset`.
+    sizes : sequence of int or (int, int), optional
+        Per-batch input sizes (the task's ``train_sizes``): each sample is read with
+        its batch's ``(width, height)`` in `SampleIndex.size` (see `SizedBatchSampler`).
+    size_interval : int
+        Steps per input size.
     """
 
     def __init__(self, dataset, batchify_fn, batch_size, num_workers, seed, rank=0, world_size=1,
-                 sampler=None, mixup_epochs=0):
+                 sampler=None, mixup_epochs=0, sizes=None, size_interval=SIZE_INTERVAL):
         if sampler is None:
             sampler = EpochBatchSampler(len(dataset), batch_size, seed, rank, world_size)
         missing = [a for a in ('length', 'batches_per_epoch', 'set_epoch')
@@ -264,8 +360,10 @@ class TrainData:
             raise ValueError('the training batch sampler covers %d samples but the dataset has %d'
                              % (sampler.length, len(dataset)))
         self.sampler = sampler
+        self.batches = sampler if sizes is None else SizedBatchSampler(sampler, sizes,
+                                                                         size_interval, seed)
         self.loader = gluon.data.DataLoader(SeededDataset(dataset, seed, mixup_epochs),
-                                            batch_sampler=self.sampler,
+                                            batch_sampler=self.batches,
                                             batchify_fn=batchify_fn, num_workers=num_workers)
 
     @property
@@ -275,5 +373,5 @@ class TrainData:
 
     def epoch(self, epoch, start=0):
         """An iterator over the batches of ``epoch`` from batch ``start``."""
-        self.sampler.set_epoch(epoch, start)
+        self.batches.set_epoch(epoch, start)
         return iter(self.loader)

@@ -8,7 +8,7 @@ from mxnet import autograd, gluon, nd
 from . import precision
 from .checkpoint import Checkpointer
 from .context import average_statistics
-from .data import EpochBatchSampler, TrainData, seed_all
+from .data import SIZE_INTERVAL, EpochBatchSampler, TrainData, seed_all
 from .distributed import make_runtime
 from .hooks import ValidationHook, default_hooks
 from .watchdog import Watchdog
@@ -175,24 +175,31 @@ def _per_context_totals(losses, num_ctx):
 
 
 def train_data(task, config, runtime):
-    """The `TrainData` of ``task``: its dataset, batchify and (optional) batch sampler."""
+    """The `TrainData` of ``task``: its dataset, batchify, (optional) batch sampler and
+    per-batch input sizes."""
     dataset = task.train_dataset()
     batch_size = config.batch_size // runtime.world_size
     make_sampler = getattr(task, 'train_batch_sampler', None)
     sampler = None if make_sampler is None else make_sampler(
         len(dataset), batch_size=batch_size, seed=config.seed, rank=runtime.rank,
         world_size=runtime.world_size)
+    sizes = getattr(task, 'train_sizes', None)
     if config.dali:     # the task's DALI pipeline over the same batches (gluondet.data.dali)
         make_dali = getattr(task, 'dali_train_data', None)
         if make_dali is None:
             raise ValueError('config.dali: task %s does not read its data with DALI (SSD and '
                              'RetinaNet do)' % type(task).__name__)
+        if sizes is not None:
+            raise ValueError('config.dali: task %s trains at per-batch input sizes '
+                             '(train_sizes), which the DALI reader does not serve'
+                             % type(task).__name__)
         return make_dali(sampler or EpochBatchSampler(len(dataset), batch_size, config.seed,
                                                       runtime.rank, runtime.world_size),
                          config, runtime)
     return TrainData(dataset, task.train_batchify, batch_size, config.num_workers, config.seed,
                      runtime.rank, runtime.world_size, sampler=sampler,
-                     mixup_epochs=config.mixup_epochs)
+                     mixup_epochs=config.mixup_epochs, sizes=sizes,
+                     size_interval=getattr(task, 'train_size_interval', SIZE_INTERVAL))
 
 
 @dataclasses.dataclass
