@@ -53,17 +53,27 @@ def _pixels(data, mean=T.IMAGENET_MEAN, std=T.IMAGENET_STD):
     return (data.transpose(1, 2, 0) * np.array(std) + np.array(mean)) * 255
 
 
+def _record(monkeypatch, drawn, *names):
+    """Make each function ``names`` of `gluondet.data.transforms` keep its last result in
+    ``drawn[name]``; ``resize`` also numpy's RNG state before it draws the interpolation, in
+    ``drawn['interp']``."""
+    def spy(name, real):
+        def wrapper(*args, **kwargs):
+            if name == 'resize':
+                drawn['interp'] = np.random.get_state()
+            drawn[name] = out = real(*args, **kwargs)
+            return out
+        return wrapper
+    for name in names:
+        monkeypatch.setattr(T, name, spy(name, getattr(T, name)))
+
+
 def test_boxes_follow_the_objects_through_expand_crop_resize_and_flip(monkeypatch):
     """Without the colour jitter, each output box frames its own class's object: boxes moved,
     cut, scaled and mirrored with the pixels, kept inside the input, ids kept with them."""
-    monkeypatch.setattr(T, 'random_color_distort', lambda img: T._image(img).copy())
-    flips, real_flip = [], T.random_flip
-
-    def spy_flip(img, label):
-        out = real_flip(img, label)
-        flips.append(out[2])
-        return out
-    monkeypatch.setattr(T, 'random_flip', spy_flip)
+    monkeypatch.setattr(T, 'random_color_distort', lambda img: img.asnumpy())
+    drawn, flips = {}, set()
+    _record(monkeypatch, drawn, 'random_flip')
     image, label = _patches()
     transform = YOLO3TrainTransform(416, 416)
     checked = 0
@@ -71,6 +81,7 @@ def test_boxes_follow_the_objects_through_expand_crop_resize_and_flip(monkeypatc
         np.random.seed(seed)
         size = [(416, 416), (320, 608)][seed % 2]
         data, out = transform(image, label, size)
+        flips.add(drawn['random_flip'][2])
         assert data.shape == (3, size[1], size[0]) and data.dtype == np.float32
         assert out.dtype == np.float32 and out.shape[1] == 6 and len(out) >= 1
         assert set(out[:, 4]) <= {0, 1}
@@ -82,7 +93,7 @@ def test_boxes_follow_the_objects_through_expand_crop_resize_and_flip(monkeypatc
             if inner.size:
                 assert abs(np.median(inner) - PATCH[int(cls)]) < 8, (seed, cls)
                 checked += 1
-    assert checked >= 30 and set(flips) == {True, False}
+    assert checked >= 30 and flips == {True, False}
 
 
 def test_targets_get_the_input_size_the_boxes_and_the_ids():
@@ -114,6 +125,24 @@ def test_batchify_stacks_the_targets_and_pads_the_boxes_with_minus_one():
     assert boxes.shape == (2, len(samples[0][-1]), 4)
     pad = boxes.asnumpy()[1, len(samples[1][-1]):]
     assert pad.size and (pad == -1).all()
+
+
+def test_the_yolo3_target_generator_plugs_in():
+    """gluondet.nn's generator as the target function, GluonCV's darknet53 anchors at an input
+    of 320: 3 x (10^2 + 20^2 + 40^2) predictions; an image without boxes has no targets."""
+    from gluondet.nn.yolo_target import YOLOV3TargetGenerator
+    generator = YOLOV3TargetGenerator([[116, 90, 156, 198, 373, 326], [30, 61, 62, 45, 59, 119],
+                                       [10, 13, 16, 30, 33, 23]], (32, 16, 8))
+    image, label = _patches()
+    transform = YOLO3TrainTransform(416, 416, generator)
+    np.random.seed(2)
+    samples = [transform(image, label, (320, 320)), transform(image, label[:0], (320, 320))]
+    batch = [x.asnumpy() for x in yolo3_train_batchify(5)(samples)]
+    assert [x.shape[1:] for x in batch[1:6]] == [(6300, 1), (6300, 2), (6300, 2), (6300, 2),
+                                                 (6300, 1)]
+    objectness, class_id, boxes = batch[1], batch[5], batch[6]
+    assert 1 <= objectness[0].sum() <= 2 and set(class_id[0][objectness[0] > 0]) <= {0, 1}
+    assert objectness[1].sum() == 0 and (boxes[1] == -1).all()
 
 
 # ------------------------------------------------------------------ per-batch sizes
@@ -305,19 +334,8 @@ def test_train_transform_replays_gluoncvs_box_and_image_steps(monkeypatch, bccd_
     replayed with GluonCV's functions in GluonCV's order, gives its image and boxes."""
     from gluoncv.data.transforms import bbox as gbbox, image as gimage
     drawn = {}
-
-    def spy(name):
-        real = getattr(T, name)
-
-        def wrapper(*args, **kwargs):
-            if name == 'resize':
-                drawn['interp'] = np.random.get_state()
-            drawn[name] = out = real(*args, **kwargs)
-            return out
-        monkeypatch.setattr(T, name, wrapper)
-    for name in ('random_color_distort', 'random_expand', 'random_crop_with_constraints',
-                 'resize', 'random_flip'):
-        spy(name)
+    _record(monkeypatch, drawn, 'random_color_distort', 'random_expand',
+            'random_crop_with_constraints', 'resize', 'random_flip')
     label = np.array([[60, 50, 260, 250, 0, 0], [380, 200, 600, 420, 2, 0],
                       [500, 10, 630, 100, 1, 0]], np.float32)
     transform = YOLO3TrainTransform(416, 416)
@@ -329,8 +347,11 @@ def test_train_transform_replays_gluoncvs_box_and_image_steps(monkeypatch, bccd_
         img = mx.nd.array(drawn['random_color_distort'], dtype=np.uint8)
         bbox = label
         if 'random_expand' in drawn:
-            x, y, _, _ = drawn['random_expand'][2]
-            img = mx.nd.array(drawn['random_expand'][0], dtype=np.uint8)   # the canvas
+            canvas, _, (x, y, _, _) = drawn['random_expand']
+            h, w, _ = img.shape     # the image on a canvas of the mean colour (rounded)
+            np.testing.assert_array_equal(canvas[y:y + h, x:x + w], img.asnumpy())
+            assert (canvas[0, 0] if x or y else canvas[-1, -1]).tolist() == [124, 116, 104]
+            img = mx.nd.array(canvas, dtype=np.uint8)
             bbox = gbbox.translate(label, x_offset=x, y_offset=y)
         crop = drawn['random_crop_with_constraints'][2]
         bbox = gbbox.crop(bbox, crop, allow_outside_center=False)
