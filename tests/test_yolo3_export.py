@@ -12,7 +12,8 @@ from gluondet.model_zoo import get_model
 onnx = pytest.importorskip('onnx')
 ort = pytest.importorskip('onnxruntime')
 from gluondet.deploy import export_onnx  # noqa: E402
-from export_checks import checked_detector, run_onnx, sweep_names  # noqa: E402
+from export_checks import (assert_symbol_round_trip, checked_detector, run_onnx,  # noqa: E402
+                           sweep_names)
 
 SMALL = 'yolo3_mobilenet0.5_custom'
 SHAPE = (160, 192)
@@ -79,6 +80,11 @@ def test_nms_settings_are_exported(small, tmp_path):
             export_onnx(net, str(tmp_path / 'no_nms.onnx'), SHAPE)
     finally:
         net.set_nms()
+
+
+def test_export_symbol_gives_identical_outputs(small, tmp_path):
+    net, x = small
+    assert_symbol_round_trip(net, x, str(tmp_path / 'yolo3'), SHAPE)
 
 
 @pytest.mark.parametrize('name', sweep_names('yolo3_'))

@@ -264,6 +264,22 @@ def _detections(g, scores, class_id, anchor, box_preds, anchors, stds, clip, k, 
 
 # ---------------------------------------------------------------- RetinaNet
 
+def _best_of_level(g, probs, size, start, k, score_thresh):
+    """The ``k`` best candidates of one level (of a map, or an output) of a dense detector.
+
+    ``probs`` ``B x N_l x C`` scores; ``size`` its ``[N_l]`` (int64); ``start`` the index of
+    its first place among all levels'. Candidates are class-major, those not above
+    ``score_thresh`` score 0, and padding candidates of score 0 make ``k`` at least.
+    Returns ``B x k`` scores, int64 class ids (a padding's is C or more: never kept) and
+    places (``start`` + place in the level).
+    """
+    flat = g.op('Reshape', [g.op('Transpose', [probs], perm=[0, 2, 1]), g.ints(0, -1)])
+    flat = g.op('Where', [g.op('Greater', [flat, g.scalar(score_thresh)]), flat, g.scalar(0)])
+    flat = g.op('Pad', [flat, g.ints(0, 0, 0, k), g.scalar(0)])
+    best, index = g.op('TopK', [flat, g.ints(k)], 2, axis=1)
+    return best, g.op('Div', [index, size]), g.op('Add', [g.op('Mod', [index, size]), start])
+
+
 def add_retinanet_postprocess(g, cls_preds, box_preds, anchors, level_sizes, num_classes, stds,
                               clip, score_thresh, nms_thresh, level_topk, post_nms,
                               outputs=('ids', 'scores', 'boxes')):
@@ -307,16 +323,12 @@ def add_retinanet_postprocess(g, cls_preds, box_preds, anchors, level_sizes, num
     for level, largest in zip(anchors, level_sizes):
         size = g.op('Slice', [g.op('Shape', [level]), g.ints(1), g.ints(2)])    # [A_l]
         end = g.op('Add', [start, size])
-        flat = g.op('Slice', [probs, start, end, g.ints(1)])
-        flat = g.op('Reshape', [g.op('Transpose', [flat], perm=[0, 2, 1]), g.ints(0, -1)])
-        flat = g.op('Where', [g.op('Greater', [flat, g.scalar(score_thresh)]), flat,
-                              g.scalar(0)])                                  # class-major
-        k = min(level_topk, num_classes * largest)
-        flat = g.op('Pad', [flat, g.ints(0, 0, 0, k), g.scalar(0)])
-        best, index = g.op('TopK', [flat, g.ints(k)], 2, axis=1)
+        best, class_id, place = _best_of_level(
+            g, g.op('Slice', [probs, start, end, g.ints(1)]), size, start,
+            min(level_topk, num_classes * largest), score_thresh)
         scores.append(best)
-        classes.append(g.op('Div', [index, size]))     # a padding's is C or more: never kept
-        places.append(g.op('Add', [g.op('Mod', [index, size]), start]))
+        classes.append(class_id)
+        places.append(place)
         start = end
     k = sum(min(level_topk, num_classes * size) for size in level_sizes)
     scores, order = g.op('TopK', [g.op('Concat', scores, axis=1), g.ints(k)], 2, axis=1)

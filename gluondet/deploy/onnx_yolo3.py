@@ -10,7 +10,7 @@ from mxnet import autograd
 from mxnet.gluon.parameter import DeferredInitializationError
 from onnx import TensorProto
 
-from .onnx_graph import _column, _nms, _rows, _sigmoid, _take
+from .onnx_graph import _best_of_level, _column, _nms, _rows, _sigmoid, _take
 from .symbol import input_shape
 
 __all__ = ['yolo3_body', 'add_yolo3_postprocess']
@@ -129,15 +129,11 @@ def add_yolo3_postprocess(g, preds, anchors, strides, level_sizes, num_classes, 
         boxes, probs = _decode(g, pred, group, stride, num_classes)
         all_boxes.append(boxes)
         size = g.op('Slice', [g.op('Shape', [boxes]), g.ints(1), g.ints(2)])    # [N_l]
-        flat = g.op('Reshape', [g.op('Transpose', [probs], perm=[0, 2, 1]), g.ints(0, -1)])
-        flat = g.op('Where', [g.op('Greater', [flat, g.scalar(score_thresh)]), flat,
-                              g.scalar(0)])
         k = min(count, num_classes * largest)
-        flat = g.op('Pad', [flat, g.ints(0, 0, 0, k), g.scalar(0)])
-        best, index = g.op('TopK', [flat, g.ints(k)], 2, axis=1)
+        best, class_id, place = _best_of_level(g, probs, size, start, k, score_thresh)
         scores.append(best)
-        classes.append(g.op('Div', [index, size]))     # a padding's is C or more: never kept
-        places.append(g.op('Add', [g.op('Mod', [index, size]), start]))
+        classes.append(class_id)
+        places.append(place)
         start = g.op('Add', [start, size])
         cuts.append(k)
     k = min(nms_topk, sum(cuts))

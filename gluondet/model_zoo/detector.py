@@ -60,6 +60,13 @@ class Detector(gluon.HybridBlock):
         """Detections returned by inference."""
         return self.postprocess.post_nms
 
+    def _set_nms(self, nms_thresh, nms_topk, post_nms):
+        """Set the ``postprocess`` block's NMS settings (a subclass's ``set_nms``)."""
+        self._clear_cached_op()
+        self.postprocess.nms_thresh = nms_thresh
+        self.postprocess.nms_topk = nms_topk
+        self.postprocess.post_nms = post_nms
+
     def load_parameters(self, filename, ctx=None, allow_missing=False, ignore_extra=False,
                         cast_dtype=False, dtype_source='current'):
         """Load a gluondet or GluonCV 0.10 ``.params`` file of this network.

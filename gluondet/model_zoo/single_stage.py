@@ -68,12 +68,6 @@ class SingleStageDetector(Detector):
                     F.concat(*anchors, dim=1))
         return self.detect(F, cls_preds, box_preds, anchors)
 
-    def _set_nms(self, nms_thresh, nms_topk, post_nms):
-        self._clear_cached_op()
-        self.postprocess.nms_thresh = nms_thresh
-        self.postprocess.nms_topk = nms_topk
-        self.postprocess.post_nms = post_nms
-
     def reset_class(self, classes, reuse_weights=None):
         """Replace the classes and the class predictors.
 

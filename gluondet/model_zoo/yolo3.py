@@ -205,10 +205,7 @@ class YOLOV3(Detector):
         post_nms : int
             Detections returned, -1 for all.
         """
-        self._clear_cached_op()
-        self.postprocess.nms_thresh = nms_thresh
-        self.postprocess.nms_topk = nms_topk
-        self.postprocess.post_nms = post_nms
+        self._set_nms(nms_thresh, nms_topk, post_nms)
 
     def hybrid_forward(self, F, x):
         maps = self.backbone(x)
