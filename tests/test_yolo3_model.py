@@ -136,6 +136,9 @@ def test_reset_class_keeps_the_reused_rows():
     np.testing.assert_allclose(after[4][..., [0, 2]], before[4][..., [11, 14]], rtol=1e-4,
                                atol=1e-4)
     assert net(x)[0].shape == (1, 100, 1)
+    fresh = get_model('yolo3_mobilenet0.25_voc', pretrained_base=False)
+    with pytest.raises(ValueError, match='needs the old predictors to hold weights'):
+        fresh.reset_class(['dog'], reuse_weights=['dog'])
 
 
 def test_norm_layer_reaches_backbone_and_head():

@@ -6,7 +6,7 @@ from mxnet.gluon import nn
 
 from .detector import Detector, initialized_ctx, reuse_mapping
 
-__all__ = ['SingleStageDetector']
+__all__ = ['SingleStageDetector', 'reuse_rows']
 
 
 def _flat(F, pred, width):
@@ -93,23 +93,26 @@ class SingleStageDetector(Detector):
             num_anchors = old._channels // old_width   # pylint: disable=protected-access
             new = self._class_predictor(num_anchors * self.class_width, old.weight.shape[1],
                                         old.prefix)
-            ctx = initialized_ctx(old)
-            if mapping and (ctx is None or 0 in old.weight.shape):
-                raise ValueError('reset_class: reuse_weights needs the old class predictors '
-                                 'to hold weights (load or run the network first)')
-            if ctx is not None:
-                new.initialize(ctx=ctx)
-            if mapping:
-                offset = int(self.background)
-                pairs = [(n + offset, o + offset) for n, o in mapping.items()]
-                _copy_class_rows(old, new, [(0, 0)] * offset + pairs, old_width,
-                                 self.class_width)
+            offset = int(self.background)
+            pairs = [(0, 0)] * offset + [(n + offset, o + offset) for n, o in mapping.items()]
+            reuse_rows(old, new, pairs if mapping else [], old_width, self.class_width)
             predictors.add(new)
         self.class_predictors = predictors
 
 
-def _copy_class_rows(old, new, pairs, old_width, new_width):
-    """Copy the rows ``pairs`` ``(new, old)`` of every anchor, weight and bias."""
+def reuse_rows(old, new, pairs, old_width, new_width):
+    """Initialize the predictor ``new`` where ``old`` is (if it is initialized) and copy
+    from ``old`` the rows ``pairs`` ``(new, old)`` of every anchor, weight and bias (rows per
+    anchor: ``old_width`` and ``new_width``); no pairs: ``new`` starts anew. ValueError when
+    rows are asked of an ``old`` holding no weights."""
+    ctx = initialized_ctx(old)
+    if pairs and (ctx is None or 0 in old.weight.shape):
+        raise ValueError('reset_class: reuse_weights needs the old predictors to hold weights '
+                         '(load or run the network first)')
+    if ctx is not None:
+        new.initialize(ctx=ctx)
+    if not pairs:
+        return
     for old_param, new_param in ((old.weight, new.weight), (old.bias, new.bias)):
         src = old_param.data().asnumpy()
         dst = new_param.data().asnumpy()

@@ -12,8 +12,8 @@ from ..nn.nms import top_candidates
 from . import gluoncv_compat, gluoncv_yolo, registry
 from .backbones import DarkNet, get_backbone
 from .backbones.darknet import conv_bn_leaky
-from .detector import Detector, initialized_ctx, register_presets, reuse_mapping
-from .single_stage import _copy_class_rows
+from .detector import Detector, register_presets, reuse_mapping
+from .single_stage import reuse_rows
 
 __all__ = ['YOLOV3', 'YOLODetectionBlock', 'YOLOOutput', 'YOLONMS', 'YOLO3_ARCHS',
            'ANCHORS', 'STRIDES', 'build_yolo3']
@@ -243,16 +243,9 @@ class YOLOV3(Detector):
         for output in self.yolo_outputs:
             old = output.prediction
             new = output.predictor(self.num_classes, old.weight.shape[1], old.prefix)
-            ctx = initialized_ctx(old)
-            if mapping and (ctx is None or 0 in old.weight.shape):
-                raise ValueError('reset_class: reuse_weights needs the old prediction layers '
-                                 'to hold weights (load or run the network first)')
-            if ctx is not None:
-                new.initialize(ctx=ctx)
-            if mapping:
-                pairs = [(k, k) for k in range(_BOX)]
-                pairs += [(_BOX + n, _BOX + o) for n, o in mapping.items()]
-                _copy_class_rows(old, new, pairs, old_width, _BOX + self.num_classes)
+            pairs = [(k, k) for k in range(_BOX)]
+            pairs += [(_BOX + n, _BOX + o) for n, o in mapping.items()]
+            reuse_rows(old, new, pairs if mapping else [], old_width, _BOX + self.num_classes)
             output.num_classes = self.num_classes
             output.prediction = new
 
