@@ -10,6 +10,7 @@ from mxnet.gluon import nn
 from gluondet.deploy import detecting_random_weights
 from gluondet.model_zoo import get_model, get_model_info
 from gluondet.model_zoo.backbones import darknet53
+from gluondet.model_zoo.gluoncv_compat import load_gluoncv_backbone
 from gluondet.model_zoo.gluoncv_yolo import load_gluoncv_darknet, yolo_key_table
 from gluondet.nn import SyncBatchNorm
 
@@ -221,3 +222,21 @@ def test_gluoncv_imagenet_darknet53_loads(tmp_path):
     assert [m.shape[2] for m in maps] == [8, 4, 2]
     np.testing.assert_allclose(maps[-1].asnumpy(), classifier.features(x).asnumpy(),
                                rtol=1e-5, atol=1e-5)
+
+
+def test_gluoncv_imagenet_mobilenet_loads_into_the_backbone(tmp_path):
+    """What ``pretrained_base`` loads for the MobileNet networks (the head keeps its init)."""
+    gluoncv = pytest.importorskip('gluoncv')
+    x = _input(64)
+    classifier = gluoncv.model_zoo.get_model('mobilenet0.25')
+    classifier.initialize(mx.init.Xavier())
+    classifier(x)
+    path = str(tmp_path / 'mobilenet0.25.params')
+    classifier.save_parameters(path)
+    net = get_model('yolo3_mobilenet0.25_voc', pretrained_base=False)
+    load_gluoncv_backbone(net, path)
+    np.testing.assert_allclose(net.backbone(x)[-1].asnumpy(),
+                               classifier.features[:-2](x).asnumpy(), rtol=1e-5, atol=1e-5)
+    with pytest.raises(RuntimeError):
+        net.yolo_outputs[0].prediction.weight.data()
+
