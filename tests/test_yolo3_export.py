@@ -12,6 +12,7 @@ from gluondet.model_zoo import get_model
 onnx = pytest.importorskip('onnx')
 ort = pytest.importorskip('onnxruntime')
 from gluondet.deploy import export_onnx  # noqa: E402
+from gluondet.deploy.tensorrt import check_tensorrt_limits  # noqa: E402
 from export_checks import (assert_symbol_round_trip, checked_detector, run_onnx,  # noqa: E402
                            sweep_names)
 
@@ -55,6 +56,7 @@ def test_onnx_detections_equal_gluon(small, tmp_path):
     assert meta['postprocess_kind'] == 'yolo3' and meta['classes'] == ['a', 'b', 'c']
     assert meta['nms'] == {'score_thresh': 0.01, 'nms_thresh': 0.45, 'nms_topk': 400,
                            'post_nms': 100}
+    assert check_tensorrt_limits(str(dynamic)) is None       # every TopK within TensorRT's
 
 
 def test_one_graph_takes_any_size_up_to_the_export(small, tmp_path):
