@@ -9,7 +9,7 @@ network's own ``postprocess`` kind (`gluondet.deploy`); its model zoo names star
 
 >>> from gluondet import detectors
 >>> [d.name for d in detectors.all_detectors()]
-['ssd', 'faster_rcnn', 'retinanet']
+['ssd', 'faster_rcnn', 'retinanet', 'yolo3']
 >>> detectors.get('frcnn').display
 'Faster R-CNN'
 """
@@ -129,3 +129,5 @@ register(Detector('faster_rcnn', 'Faster R-CNN', 'gluondet.train.faster_rcnn', '
                   features={'amp', 'syncbn', 'mixup', 'prune'}))
 register(Detector('retinanet', 'RetinaNet', 'gluondet.train.retinanet', 'retinanet_',
                   features={'amp', 'dali', 'syncbn', 'prune'}))
+register(Detector('yolo3', 'YOLOv3', 'gluondet.train.yolo3', 'yolo3_', aliases=('yolov3',),
+                  features={'amp', 'syncbn', 'mixup', 'prune'}))

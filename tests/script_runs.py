@@ -14,6 +14,10 @@ SMALL_NETWORKS = {
     'train_retinanet.py': ('retinanet_resnet18_v1b_custom',
                            ['--backbone', 'resnet18_v1b', '--resize', '128', '--max-size', '160',
                             '--batch-size', '2']),
+    # multi-scale from 320 to 608 px (GluonCV's) unless --no-random-shape; 128 validates
+    'train_yolo3.py': ('yolo3_mobilenet0.5_custom',
+                       ['--backbone', 'mobilenet0.5', '--data-shape', '128', '--batch-size', '4',
+                        '--warmup-epochs', '1']),
 }
 
 

@@ -122,13 +122,15 @@ def test_resume_on_another_number_of_processes_says_what_changes(tmp_path, demo)
 
 # with --syncbn (SSD, RetinaNet) and --amp (SSD)
 EXTRA_FLAGS = {'train_ssd.py': ['--syncbn', '--amp'], 'train_faster_rcnn.py': [],
-               'train_retinanet.py': ['--syncbn']}
+               'train_retinanet.py': ['--syncbn'],
+               'train_yolo3.py': ['--syncbn', '--mixup', '--label-smooth']}
 
 
 @pytest.mark.parametrize('script', sorted(SMALL_NETWORKS))
 def test_scripts_run_under_horovodrun_as_users_type_them(script, tmp_path):
-    """``horovodrun -np 2 python scripts/X.py --horovod --backbone ...`` on demo data (SSD and
-    RetinaNet with ``--syncbn``, SSD also with ``--amp``)."""
+    """``horovodrun -np 2 python scripts/X.py --horovod --backbone ...`` on demo data (SSD,
+    RetinaNet and YOLOv3 with ``--syncbn``, SSD also with ``--amp``, YOLOv3 with its random
+    shapes, ``--mixup`` and ``--label-smooth``)."""
     need_horovod()
     name, argv = SMALL_NETWORKS[script]
     argv = argv + EXTRA_FLAGS[script]

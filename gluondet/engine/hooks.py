@@ -6,6 +6,7 @@ import math
 import time
 
 from ..collectives import mean_over_processes
+from ..errors import UserError
 from .batch_images import BatchImagesHook
 from .checkpoint import save_params
 from .curves import CurvesHook
@@ -15,8 +16,10 @@ from .hookbase import HookBase
 from .signals import SignalHook
 
 
-class NonFiniteLossError(RuntimeError):
-    """A loss became NaN or infinite; training stopped without checkpointing it."""
+class NonFiniteLossError(UserError, RuntimeError):
+    """A loss became NaN or infinite; training stopped without checkpointing it. The
+    training commands print it in one line, as the user's to settle (the learning rate,
+    its warmup, gradient clipping, the data)."""
 
 
 def default_hooks(task, config, schedule, checkpointer, reporter):
@@ -84,7 +87,8 @@ class NonFiniteHook(HookBase):
             return
         last = self.checkpointer.last_path
         message = ('non-finite loss at epoch %d, iteration %d (batch %d of the epoch, lr %g): %s; '
-                   'training stopped. %s' % (
+                   'training stopped (a lower --lr, a longer --lr-warmup or --clip-gradient '
+                   'may keep it finite). %s' % (
                        state.epoch, state.iteration, state.batch - 1, state.lr,
                        ', '.join('%s=%s' % kv for kv in values.items()),
                        'The last good checkpoint, %s, was left untouched.' % last if last

@@ -2,5 +2,6 @@
 from .faster_rcnn import FasterRCNNTask
 from .retinanet import RetinaNetTask
 from .ssd import SSDTask
+from .yolo3 import YOLO3Task
 
-__all__ = ['FasterRCNNTask', 'RetinaNetTask', 'SSDTask']
+__all__ = ['FasterRCNNTask', 'RetinaNetTask', 'SSDTask', 'YOLO3Task']

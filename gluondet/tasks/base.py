@@ -185,7 +185,8 @@ class DetectionTask:
         """The first ``count`` images of a training batch as the network sees them, for
         TensorBoard (:mod:`gluondet.engine.batch_images`): ``[(image, boxes, names)]``, each
         image ``H x W x 3`` uint8 RGB with the train transform's normalization undone (padding
-        included), its ground-truth boxes ``N x 4`` in those pixels and their class names."""
+        included), its ground-truth boxes ``N x 4`` in those pixels and their class names
+        (empty where the batch's last element holds boxes only)."""
         transform = self.train_transform()
         mean, std = (np.array(v, np.float32).reshape(3, 1, 1)
                      for v in (transform.mean, transform.std))
@@ -193,9 +194,13 @@ class DetectionTask:
         shown = []
         for image, label in zip(images, labels):
             pixels = np.clip((image * std + mean) * 255, 0, 255).round().astype(np.uint8)
-            label = label[label[:, 4] >= 0]
-            names = [self.classes[c] if c < len(self.classes) else str(c)
-                     for c in label[:, 4].astype(int)]
+            if label.shape[1] < 5:      # boxes only (YOLOv3's classes travel in its targets)
+                label = label[(label != -1).any(axis=1)]
+                names = [''] * len(label)
+            else:
+                label = label[label[:, 4] >= 0]
+                names = [self.classes[c] if c < len(self.classes) else str(c)
+                         for c in label[:, 4].astype(int)]
             shown.append((pixels.transpose(1, 2, 0), label[:, :4], names))
         return shown
 

@@ -34,7 +34,8 @@ def train_config(args, save_prefix, **overrides):
     values.update(
         warmup_factor=args.lr_warmup_factor, save_prefix=save_prefix,
         gpus=default_gpus() if args.gpus is None else args.gpus,
-        batch_size=args.batch_size or 0, **overrides)
+        batch_size=args.batch_size or 0)
+    values.update(overrides)
     try:
         return TrainConfig(**values)
     except ValueError as err:
