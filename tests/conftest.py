@@ -8,6 +8,8 @@ import pytest
 # runs one process per core. The processes the tests start inherit it. Set before anything
 # imports gluondet or mxnet.
 os.environ.setdefault('OMP_NUM_THREADS', '1')
+# A process the tests start that crashes (SIGSEGV, SIGABRT) prints its Python threads' stacks.
+os.environ.setdefault('PYTHONFAULTHANDLER', '1')
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHARED_DATASETS = os.environ.get('GLUONDET_SHARED_DATASETS',

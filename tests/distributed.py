@@ -38,10 +38,10 @@ def horovodrun(command, cwd, np_=2, timeout=600, env=None):
 
 
 SIGNS = re.compile(r'Error|error|Abort|abort|terminate|Check failed|Traceback|Signal|signal|Killed'
-                   r'|Terminated|Segmentation|core dumped|warn')
+                   r'|Terminated|Segmentation|core dumped|warn|Thread 0x|Current thread|File "')
 
 
-def failure(log, lines=40):
+def failure(log, lines=80):
     """What a failed run's assertion shows: the lines of ``log`` with a sign of trouble (an
     error, an abort, a signal) first, then its end; a long log's middle is left out."""
     signs = [line for line in log.splitlines() if SIGNS.search(line)][:lines]

@@ -22,7 +22,7 @@ import mxnet as mx
 import numpy as np
 import pytest
 
-from distributed import HOROVODRUN, need_horovod
+from distributed import HOROVODRUN, failure, need_horovod
 from gluondet.data.demo import render_demo_image
 from gluondet.model_zoo import get_model
 
@@ -99,7 +99,7 @@ def test_horovodrun_train_faster_rcnn_without_a_batch_flag(tmp_path, home, proce
                        os.path.join(SCRIPTS, 'train_faster_rcnn.py'), '--horovod',
                        '--backbone', 'resnet18_v1b', '--epochs', '1', '--no-pretrained-base',
                        '--image-short', '128', '--image-max-size', '128'], tmp_path, home)
-    assert code == 0, text[-3000:]
+    assert code == 0, failure(text)
     assert 'final: ' in text and 'mAP=' in text
     assert ('batch size %d: 1 per device on %d devices (%d processes of 1)'
             % (processes, processes, processes)) in text, text[-3000:]

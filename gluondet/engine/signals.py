@@ -107,9 +107,11 @@ class SignalHook(HookBase):
         if runtime.world_size == 1 or not runtime.synchronous:
             return self.requested
         import mxnet as mx
-        # decided by the sum alone: a signal arriving meanwhile waits for the next agreement
+        # decided by the sum alone: a signal arriving meanwhile waits for the next agreement;
+        # one name at every step, as the gradients' (a new name a step would fill Horovod's
+        # response cache, which then warns of evictions)
         flags = mx.nd.array([self.requested == s for s in SIGNALS])
-        got = runtime.allreduce([flags])[0].asnumpy()
+        got = runtime.allreduce([flags], name='stop_signal')[0].asnumpy()
         if not got.any():
             return None
         self.requested = SIGNALS[int(got.argmax())]

@@ -28,7 +28,7 @@ class Detector(gluon.HybridBlock):
 
     gluoncv_format = None
     # What inference does after the network body, as deploy exports it: a kind of
-    # gluondet.deploy.postprocess.KINDS ('softmax_nms', 'sigmoid_topk_nms', 'rcnn'); a
+    # gluondet.deploy.postprocess.KINDS ('softmax_nms', 'sigmoid_topk_nms', 'rcnn', 'yolo3'); a
     # detector sets its own, and deploy refuses a network without a known one.
     postprocess_kind = None
 
