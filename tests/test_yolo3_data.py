@@ -96,6 +96,25 @@ def test_boxes_follow_the_objects_through_expand_crop_resize_and_flip(monkeypatc
     assert checked >= 30 and flips == {True, False}
 
 
+def test_without_zoom_every_box_is_only_scaled_and_perhaps_mirrored():
+    """``zoom=False`` (the demo recipe's): no zoom-out and no crop, so every box stays whole,
+    scaled to the input and mirrored with it or not."""
+    image, label = _patches()
+    transform = YOLO3TrainTransform(160, 160, zoom=False)
+    scaled = label[:, :4] * np.array([128 / 640, 192 / 480] * 2, np.float32)
+    mirrored = scaled.copy()
+    mirrored[:, [0, 2]] = 128 - scaled[:, [2, 0]]
+    outcomes = set()
+    for seed in range(10):
+        np.random.seed(seed)
+        data, out = transform(image, label, (128, 192))
+        assert data.shape == (3, 192, 128)
+        np.testing.assert_array_equal(out[:, 4:], label[:, 4:])
+        outcomes.add(next(i for i, boxes in enumerate((scaled, mirrored))
+                          if np.allclose(out[:, :4], boxes, atol=1e-3)))
+    assert outcomes == {0, 1}
+
+
 def test_targets_get_the_input_size_the_boxes_and_the_ids():
     image, label = _patches()
     np.random.seed(0)

@@ -46,6 +46,9 @@ class YOLO3TrainTransform:
         ``gt_mixratio`` with ``--mixup``. None: no targets (see Returns).
     mean, std : sequence of 3 floats
         RGB normalization (ImageNet's); the zoom-out canvas is ``255 * mean``.
+    zoom : bool
+        Zoom out and crop; False leaves both out (for data whose objects already come in
+        every size and place, such as the demo's).
 
     Returns
     -------
@@ -55,19 +58,22 @@ class YOLO3TrainTransform:
     ``N x 6+`` in the input's pixels.
     """
 
-    def __init__(self, width, height, targets=None, mean=T.IMAGENET_MEAN, std=T.IMAGENET_STD):
+    def __init__(self, width, height, targets=None, mean=T.IMAGENET_MEAN, std=T.IMAGENET_STD,
+                 zoom=True):
         self.size = (int(width), int(height))
         self.targets = targets
         self.mean, self.std = mean, std
+        self.zoom = zoom
 
     def __call__(self, image, label, size=None):
         """Augment ``image`` (``H x W x 3`` uint8 RGB) and ``label`` (``N x 6+``) into an
         input of ``size`` (``(width, height)``; default the transform's)."""
         width, height = self.size if size is None else size
         img = T.random_color_distort(image)
-        if np.random.uniform(0, 1) > 0.5:
-            img, label, _ = T.random_expand(img, label, fill=[255 * m for m in self.mean])
-        img, label, _ = T.random_crop_with_constraints(img, label)
+        if self.zoom:
+            if np.random.uniform(0, 1) > 0.5:
+                img, label, _ = T.random_expand(img, label, fill=[255 * m for m in self.mean])
+            img, label, _ = T.random_crop_with_constraints(img, label)
         img, label = T.resize(img, label, (width, height), interp=T.INTERP_RANDOM)
         img, label, _ = T.random_flip(img, label)
         img = T.normalize(img, self.mean, self.std)

@@ -32,6 +32,8 @@ class YOLO3Task(DetectionTask):
     label_smooth : bool
         GluonCV's ``--label-smooth`` (class targets ``1 - eps`` and ``eps``,
         ``eps = min(1 / classes, 1 / 40)``).
+    zoom : bool
+        Train with the zoom-out and crop (see `YOLO3TrainTransform`).
     ignore_iou_thresh : float
         Predictions overlapping a ground truth by more than this are neither object nor
         background (GluonCV's 0.7).
@@ -48,13 +50,14 @@ class YOLO3Task(DetectionTask):
     supports_mixup = True
 
     def __init__(self, network, train_dataset, val_dataset, data_shape=416,
-                 random_shapes=RANDOM_SHAPES, label_smooth=False, ignore_iou_thresh=0.7,
-                 val_batch_size=8, **kwargs):
+                 random_shapes=RANDOM_SHAPES, label_smooth=False, zoom=True,
+                 ignore_iou_thresh=0.7, val_batch_size=8, **kwargs):
         super().__init__(network, train_dataset, val_dataset, val_batch_size=val_batch_size,
                          **kwargs)
         self.width, self.height = ((data_shape, data_shape) if np.isscalar(data_shape)
                                    else tuple(data_shape))
         self.train_sizes = tuple(random_shapes) if random_shapes else None
+        self.zoom = zoom
         self.loss = YOLOV3Loss(ignore_iou_thresh, label_smooth)
         self.targets = None
         self.train_batchify = yolo3_train_batchify(5)
@@ -68,7 +71,7 @@ class YOLO3Task(DetectionTask):
         return self._place(net, ctx_list)
 
     def train_transform(self):
-        return YOLO3TrainTransform(self.width, self.height, targets=self.targets)
+        return YOLO3TrainTransform(self.width, self.height, targets=self.targets, zoom=self.zoom)
 
     def train_dataset(self):
         dataset = self._train
