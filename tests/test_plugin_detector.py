@@ -66,7 +66,7 @@ class TinyDetector(SingleStageDetector):
         return nn.Conv2D(channels, 3, padding=1, in_channels=in_channels, prefix=prefix)
 
     def set_nms(self, nms_thresh=0.45, nms_topk=100, post_nms=50):
-        self._set_nms(nms_thresh, nms_topk, post_nms)
+        super().set_nms(nms_thresh, nms_topk, post_nms)
 
 
 class _TinyFeatures(nn.HybridBlock):

@@ -60,8 +60,19 @@ class Detector(gluon.HybridBlock):
         """Detections returned by inference."""
         return self.postprocess.post_nms
 
-    def _set_nms(self, nms_thresh, nms_topk, post_nms):
-        """Set the ``postprocess`` block's NMS settings (a subclass's ``set_nms``)."""
+    def set_nms(self, nms_thresh=0.45, nms_topk=400, post_nms=100):
+        """Set the non-maximum suppression of inference (the ``postprocess`` block's; the
+        defaults are GluonCV's SSD and YOLOv3 ones, a subclass may have its own).
+
+        Parameters
+        ----------
+        nms_thresh : float
+            IoU threshold; outside (0, 1) disables NMS (all candidates returned).
+        nms_topk : int
+            Best candidates entering NMS, -1 for all.
+        post_nms : int
+            Detections returned, -1 for all.
+        """
         self._clear_cached_op()
         self.postprocess.nms_thresh = nms_thresh
         self.postprocess.nms_topk = nms_topk

@@ -188,7 +188,7 @@ class RetinaNet(SingleStageDetector):
         post_nms : int
             Detections returned, -1 for all.
         """
-        self._set_nms(nms_thresh, nms_topk, post_nms)
+        super().set_nms(nms_thresh, nms_topk, post_nms)
 
     def predict(self, F, level, feature):
         return (self.class_predictors[0](self.class_head.tower(F, feature, level)),

@@ -160,20 +160,6 @@ class SSD(SingleStageDetector):
             self.box_decoder = BoxCenterDecoder(stds)
             self.postprocess = MultiClassNMS(0.01, nms_thresh, nms_topk, post_nms)
 
-    def set_nms(self, nms_thresh=0.45, nms_topk=400, post_nms=100):
-        """Set the non-maximum suppression of inference.
-
-        Parameters
-        ----------
-        nms_thresh : float
-            IoU threshold; outside (0, 1) disables NMS (all candidates returned).
-        nms_topk : int
-            Best candidates entering NMS, -1 for all.
-        post_nms : int
-            Detections returned, -1 for all.
-        """
-        self._set_nms(nms_thresh, nms_topk, post_nms)
-
     def predict(self, F, level, feature):
         return self.class_predictors[level](feature), self.box_predictors[level](feature)
 

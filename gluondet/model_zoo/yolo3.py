@@ -193,20 +193,6 @@ class YOLOV3(Detector):
                     self.transitions.add(conv_bn_leaky(width, 1, **norm))
             self.postprocess = YOLONMS(0.01, nms_thresh, nms_topk, post_nms)
 
-    def set_nms(self, nms_thresh=0.45, nms_topk=400, post_nms=100):
-        """Set the non-maximum suppression of inference.
-
-        Parameters
-        ----------
-        nms_thresh : float
-            IoU threshold; outside (0, 1) disables NMS (all candidates returned).
-        nms_topk : int
-            Best candidates entering NMS, -1 for all.
-        post_nms : int
-            Detections returned, -1 for all.
-        """
-        self._set_nms(nms_thresh, nms_topk, post_nms)
-
     def hybrid_forward(self, F, x):
         maps = self.backbone(x)
         x = maps[-1]
