@@ -208,14 +208,21 @@ def test_gluoncv_file_of_another_backbone_is_refused(tmp_path):
         net.load_parameters(path)
 
 
-def test_gluoncv_imagenet_darknet53_loads(tmp_path):
+def _gluoncv_classifier(name, x, folder):
+    """GluonCV's ImageNet classifier ``name``, initialized and run on ``x``, and the file it
+    saved in ``folder``."""
     gluoncv = pytest.importorskip('gluoncv')
-    x = _input(64)
-    classifier = gluoncv.model_zoo.get_model('darknet53')
+    classifier = gluoncv.model_zoo.get_model(name)
     classifier.initialize(mx.init.Xavier())
     classifier(x)
-    path = str(tmp_path / 'darknet53.params')
+    path = str(folder / (name + '.params'))
     classifier.save_parameters(path)
+    return classifier, path
+
+
+def test_gluoncv_imagenet_darknet53_loads(tmp_path):
+    x = _input(64)
+    classifier, path = _gluoncv_classifier('darknet53', x, tmp_path)
     backbone = darknet53()
     load_gluoncv_darknet(backbone, path)
     maps = backbone(x)
@@ -226,13 +233,8 @@ def test_gluoncv_imagenet_darknet53_loads(tmp_path):
 
 def test_gluoncv_imagenet_mobilenet_loads_into_the_backbone(tmp_path):
     """What ``pretrained_base`` loads for the MobileNet networks (the head keeps its init)."""
-    gluoncv = pytest.importorskip('gluoncv')
     x = _input(64)
-    classifier = gluoncv.model_zoo.get_model('mobilenet0.25')
-    classifier.initialize(mx.init.Xavier())
-    classifier(x)
-    path = str(tmp_path / 'mobilenet0.25.params')
-    classifier.save_parameters(path)
+    classifier, path = _gluoncv_classifier('mobilenet0.25', x, tmp_path)
     net = get_model('yolo3_mobilenet0.25_voc', pretrained_base=False)
     load_gluoncv_backbone(net, path)
     np.testing.assert_allclose(net.backbone(x)[-1].asnumpy(),
