@@ -23,7 +23,7 @@ __all__ = ['IMAGENET_MEAN', 'IMAGENET_STD', 'MEAN_COLOR', 'SSD_CROP_CONSTRAINTS'
            'INTERP_RANDOM', 'imresize', 'bbox_resize',
            'bbox_flip', 'bbox_translate', 'bbox_crop', 'resize', 'resize_short_within',
            'random_flip', 'random_expand', 'random_crop_with_constraints',
-           'random_color_distort', 'normalize']
+           'random_color_distort', 'normalize', 'fixed_size_augment']
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -531,3 +531,24 @@ def normalize(img, mean=IMAGENET_MEAN, std=IMAGENET_STD):
         np.multiply(img[:, :, c], scale[c], out=out[c], casting='unsafe')
         out[c] -= shift[c]
     return out
+
+
+def fixed_size_augment(img, label, size, mean=IMAGENET_MEAN, std=IMAGENET_STD, zoom=True):
+    """The training augmentation of the fixed-size detectors (GluonCV's SSD and YOLOv3
+    presets): colour jitter; with ``zoom`` a zoom-out with probability 0.5 (canvas of the
+    mean colour) and a constrained random crop; resize to ``size`` (``(width, height)``) with
+    a random interpolation; horizontal flip; normalization. Draws from numpy's global RNG.
+
+    Returns
+    -------
+    image : float32 ``3 x height x width``
+    label : the boxes in the resized image's pixels (other columns kept)
+    """
+    img = random_color_distort(img)
+    if zoom:
+        if np.random.uniform() > 0.5:
+            img, label, _ = random_expand(img, label, fill=[255 * m for m in mean])
+        img, label, _ = random_crop_with_constraints(img, label)
+    img, label = resize(img, label, size, interp=INTERP_RANDOM)
+    img, label, _ = random_flip(img, label)
+    return normalize(img, mean, std), label

@@ -22,7 +22,6 @@ GluonCV's except where an image is enlarged in both directions: OpenCV 4.11's cu
 resize and the one inside MXNet 1.9.1 round differently (at most 1 of 255, on about
 5% of the pixels).
 """
-import numpy as np
 
 from . import transforms as T
 from .batchify import Pad, Stack, Tuple
@@ -69,14 +68,8 @@ class YOLO3TrainTransform:
         """Augment ``image`` (``H x W x 3`` uint8 RGB) and ``label`` (``N x 6+``) into an
         input of ``size`` (``(width, height)``; default the transform's)."""
         width, height = self.size if size is None else size
-        img = T.random_color_distort(image)
-        if self.zoom:
-            if np.random.uniform(0, 1) > 0.5:
-                img, label, _ = T.random_expand(img, label, fill=[255 * m for m in self.mean])
-            img, label, _ = T.random_crop_with_constraints(img, label)
-        img, label = T.resize(img, label, (width, height), interp=T.INTERP_RANDOM)
-        img, label, _ = T.random_flip(img, label)
-        img = T.normalize(img, self.mean, self.std)
+        img, label = T.fixed_size_augment(image, label, (width, height), self.mean, self.std,
+                                          self.zoom)
         if self.targets is None:
             return img, label
         boxes, ids = label[:, :4], label[:, 4]

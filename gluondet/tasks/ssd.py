@@ -41,14 +41,7 @@ class SSDTrainTransform:
     def __call__(self, image, label):
         if self.augment is not None:
             image, label = self.augment(image, label)
-        img = T.random_color_distort(image)
-        if self.zoom:
-            if np.random.uniform() > 0.5:
-                img, label, _ = T.random_expand(img, label, fill=[255 * m for m in self.mean])
-            img, label, _ = T.random_crop_with_constraints(img, label)
-        img, label = T.resize(img, label, self.size, interp=T.INTERP_RANDOM)
-        img, label, _ = T.random_flip(img, label)
-        return T.normalize(img, self.mean, self.std), label
+        return T.fixed_size_augment(image, label, self.size, self.mean, self.std, self.zoom)
 
 
 def feature_sizes(net, width, height):
