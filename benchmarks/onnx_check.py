@@ -1,17 +1,19 @@
 """A trained detector on real images: the Gluon net vs its float and int8 ONNX models.
 
-Exports the model (a training output ``PREFIX_best.params``, its json beside; SSD or
-Faster R-CNN) to a dynamic-batch float ONNX model and to an int8 one calibrated on
+Exports the model (a training output ``PREFIX_best.params``, its json beside; any
+detector) to a dynamic-batch float ONNX model and to an int8 one calibrated on
 ``--calib-split`` images, then on every image of ``--split``:
 
 - pairs the detections of ONNX Runtime with the Gluon net's (``compare_detections``:
   every detection scoring >= 0.05, scores within 1e-4, boxes within 0.01 px in
   original pixels); the int8 model's differences are printed too, for information.
-  A Faster R-CNN's ONNX model takes one input size (``--data-shape``, default its
-  ``short x max_size`` rounded up to its multiple): the Gluon net is compared on the
-  same inputs, each image resized to fit and padded to that size;
-- prints the VOC07 mAP of each of the three (``gluondet evaluate``'s code; the Gluon
-  net's with each image at its own size).
+  A fixed-size model (SSD, YOLOv3) runs at ``--data-shape`` (default the training's)
+  in all three. A keep-ratio model's (Faster R-CNN, RetinaNet) ONNX model takes one input
+  size (``--data-shape``, default its ``short x max_size`` rounded up to its multiple):
+  the Gluon net is compared on the same inputs, each image resized to fit and padded to
+  that size;
+- prints the VOC07 mAP of each of the three (``gluondet evaluate``'s code; a keep-ratio
+  Gluon net's with each image at its own size).
 
 Checks (the figures print first; any failed check ends in exit status 1): the float ONNX
 model's detections pair with the Gluon net's within the tolerances above, and its mAP
@@ -66,7 +68,8 @@ def main():
     parser.add_argument('--method', default='minmax', choices=('minmax', 'percentile'))
     parser.add_argument('--batch', type=int, default=8)
     parser.add_argument('--data-shape', type=data_shape,
-                        help="ONNX input HEIGHT,WIDTH of a Faster R-CNN (default: the model's)")
+                        help="input S or HEIGHT,WIDTH: a fixed-size model's, or the ONNX input "
+                             "of a keep-ratio model (default: the model's)")
     parser.add_argument('--workdir', default='onnx_check')
     parser.add_argument('--int8-drop', type=float,
                         help="check that the int8 model's mAP is at most this far below the "
@@ -76,6 +79,9 @@ def main():
     os.makedirs(args.workdir, exist_ok=True)
 
     reference = Predictor.from_model(args.model)
+    if args.data_shape and reference.preprocessing['resize'] == 'fixed':    # as exported
+        reference = Predictor.from_model(args.model, data_shape=args.data_shape)
+    gluon_shape = reference.data_shape      # a keep-ratio net's: None, each image its own
     calib = VOCDetection(args.dataset_root, splits=args.calib_split, classes=reference.classes)
     calib_folder = os.path.join(args.workdir, 'calibration_images')
     os.makedirs(calib_folder, exist_ok=True)
@@ -115,11 +121,12 @@ def main():
             checks.check(result.ok, "onnx fp32 detections differ from the Gluon net's: %s"
                          % (result,))
     maps = {}
-    for name, path in (('gluon', args.model), ('onnx fp32', float_path),
-                       ('onnx int8', int8_path)):
+    for name, path, shape in (('gluon', args.model, gluon_shape),
+                              ('onnx fp32', float_path, None), ('onnx int8', int8_path, None)):
         print('%s:' % name, flush=True)
         maps[name] = evaluate_model(path, 'voc', args.dataset_root, args.split,
-                                    batch_size=args.batch, progress=False)['mAP']
+                                    batch_size=args.batch, progress=False,
+                                    data_shape=shape)['mAP']
     print('VOC07 mAP: gluon %.4f, onnx fp32 %.4f, onnx int8 (%s) %.4f'
           % (maps['gluon'], maps['onnx fp32'], args.method, maps['onnx int8']))
     checks.check(abs(maps['onnx fp32'] - maps['gluon']) <= 1e-3,

@@ -1,16 +1,17 @@
-"""TensorRT engines of a zoo SSD against ONNX Runtime: detection differences and latency.
+"""TensorRT engines of a detector against ONNX Runtime: detection differences and latency.
 
 Needs an NVIDIA GPU with ``tensorrt`` (8.5-10.x), ``cuda-python`` and
 ``onnxruntime`` (``onnxruntime-gpu`` to time ONNX Runtime on the GPU too).
 Without them it prints ``skipped: ...`` and exits 0.
 
-1. exports the network with its published weights to ONNX (batch 1);
+1. exports the network (a zoo name with its published weights, or a training output
+   ``PREFIX_best.params`` with its json beside) to ONNX at one input size (batch 1);
 2. builds fp32, fp16 and int8 engines (int8 calibrated one image at a time,
    the model's batch, on images kept apart from the compared ones when there
    are enough; the cache is kept in the work folder and reused);
    a precision the GPU has no fast kernels for is reported and left out;
-3. runs ONNX Runtime and every engine on the same images, preprocessed as
-   for validation, and prints per engine ``compare_detections`` against
+3. runs ONNX Runtime and every engine on the same images, preprocessed as the
+   network is for validation, and prints per engine ``compare_detections`` against
    ONNX Runtime (detections scoring >= 0.05) and the median latency of one
    batch-1 call, host to host.
 
@@ -22,7 +23,8 @@ and are printed only.
 Without ``--images`` demo images are rendered (synthetic shapes: a VOC or COCO
 network finds little in them, so photos make the comparison more telling).
 
-    python benchmarks/trt_check.py [--network ssd_512_mobilenet1.0_voc] [--images DIR]
+    python benchmarks/trt_check.py [--network ssd_512_mobilenet1.0_voc | yolo3_darknet53_voc
+        | runs/bccd/yolo3_mobilenet0.5_custom_best.params] [--images DIR]
         [--num-images 50] [--calib-images 128] [--repeat 50] [--workdir trt_check]
 """
 import argparse
@@ -91,7 +93,8 @@ def _run_all(fn, batches):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    parser.add_argument('--network', default='ssd_512_mobilenet1.0_voc')
+    parser.add_argument('--network', default='ssd_512_mobilenet1.0_voc',
+                        help='a zoo name (its published weights) or a training output .params')
     parser.add_argument('--images', help='folder of photos (default: rendered demo images)')
     parser.add_argument('--num-images', type=int, default=50)
     parser.add_argument('--calib-images', type=int, default=128)
@@ -109,17 +112,18 @@ def main(argv=None):
     from gluondet.data.base import read_image
     from gluondet.deploy import compare_detections, export_onnx
     from gluondet.deploy.calibration import CalibrationBatches, val_preprocess
+    from gluondet.deploy.networks import load_network
     from gluondet.deploy.tensorrt import TensorRTRunner, build_engine
-    from gluondet.model_zoo import get_model, get_model_info
 
     os.makedirs(args.workdir, exist_ok=True)
-    height, width = get_model_info(args.network).data_shape
-    net = get_model(args.network, pretrained=True)
-    onnx_path = os.path.join(args.workdir, '%s.onnx' % args.network)
+    net, info = load_network(args.network, pretrained=not args.network.endswith('.params'))
+    name = info['network']
+    height, width = info['data_shape']
+    onnx_path = os.path.join(args.workdir, '%s.onnx' % name)
     export_onnx(net, onnx_path, (height, width), batch_size=1, dynamic_batch=False)
 
     compared, calibration = _image_paths(args)
-    preprocess = val_preprocess((width, height))
+    preprocess = val_preprocess((width, height), info['preprocessing'])
     batches = [preprocess(read_image(path))[None] for path in compared]
 
     providers = [p for p in ('CUDAExecutionProvider', 'CPUExecutionProvider')
@@ -131,7 +135,7 @@ def main(argv=None):
         return session.run(['ids', 'scores', 'boxes'], {input_name: batch})
     reference = _run_all(run_ort, batches)
     print('%s at %dx%d, %d images; reference: ONNX Runtime (%s)'
-          % (args.network, width, height, len(compared), session.get_providers()[0]))
+          % (name, width, height, len(compared), session.get_providers()[0]))
     print('onnxruntime  %8.2f ms' % _median_ms(run_ort, batches[0], args.repeat))
 
     checks = Checks()
@@ -139,9 +143,9 @@ def main(argv=None):
         calibrator = None
         if precision == 'int8':
             calibrator = CalibrationBatches(
-                calibration, (width, height), batch_size=1,
-                cache_path=os.path.join(args.workdir, '%s.calib' % args.network))
-        engine_path = os.path.join(args.workdir, '%s_%s.engine' % (args.network, precision))
+                calibration, (width, height), batch_size=1, preprocessing=info['preprocessing'],
+                cache_path=os.path.join(args.workdir, '%s.calib' % name))
+        engine_path = os.path.join(args.workdir, '%s_%s.engine' % (name, precision))
         start = time.perf_counter()
         try:
             build_engine(onnx_path, engine_path, precision=precision, calibrator=calibrator)

@@ -71,8 +71,8 @@ _ELEMENTWISE = frozenset((
 # Reshapes: channel-preserving when axes 0 and 1 keep their sizes.
 _RESHAPES = frozenset(('Reshape', 'reshape_like', 'Flatten', 'flatten', 'expand_dims',
                        'squeeze'))
-# Operators that read only their inputs' shapes.
-_SHAPE_ONLY = frozenset(('shape_array', 'size_array'))
+# Operators that read only their inputs' shapes (YOLOv3's cell grid: arange_like).
+_SHAPE_ONLY = frozenset(('shape_array', 'size_array', '_contrib_arange_like'))
 
 
 class _Groups:
