@@ -56,13 +56,12 @@ def _model_arguments(parser):
     add('-m', '--model', required=True,
         help='a model zoo name (with --params or --pretrained), a training output '
              'PREFIX_best.params (its json beside), a symbol PREFIX, a .onnx file or a TensorRT '
-             '.engine file (its json beside); SSD, Faster R-CNN or RetinaNet, preprocessed as '
-             'the model records')
+             '.engine file (its json beside); any detector, preprocessed as the model records')
     add('--backend', choices=('mxnet', 'onnxruntime', 'tensorrt'),
         help="default: the model's (mxnet for networks and symbols, onnxruntime for .onnx, "
              'tensorrt for engines)')
-    _weights_arguments(parser, "input size S or HEIGHT,WIDTH of a fixed-size model (SSD; "
-                               "default: the model's); a keep-ratio model (Faster R-CNN, "
+    _weights_arguments(parser, "input size S or HEIGHT,WIDTH of a fixed-size model (SSD, "
+                               "YOLOv3; default: the model's); a keep-ratio model (Faster R-CNN, "
                                "RetinaNet) takes each image at its own size")
     add('--batch-size', type=int, help="images per batch (default: a fixed-batch model's batch, "
                                        'else 8)')
@@ -295,8 +294,8 @@ def _benchmark_arguments(parser):
         help="default: the model's. A Gluon network (zoo name or .params) with onnxruntime "
              'or tensorrt is first exported to a temporary ONNX model with a dynamic batch '
              '(tensorrt: and an fp32 engine up to the largest batch size)')
-    _weights_arguments(parser, "input size S or HEIGHT,WIDTH of a fixed-size model (SSD; "
-                               "default: the model's)")
+    _weights_arguments(parser, "input size S or HEIGHT,WIDTH of a fixed-size model (SSD, "
+                               "YOLOv3; default: the model's)")
     add('--batch-sizes', default='1', help='comma-separated batch sizes to time (default 1)')
     add('--threads', type=int,
         help="CPU threads: MXNet's OpenMP threads (OMP_NUM_THREADS) or ONNX Runtime's intra-op "
@@ -335,7 +334,7 @@ def _launch(args):
 
 
 COMMANDS = [
-    ('demo', 'train a small SSD, Faster R-CNN or RetinaNet on the embedded demo data and '
+    ('demo', 'train a small SSD, Faster R-CNN, RetinaNet or YOLOv3 on the embedded demo data and '
      'print its mAP', _demo_arguments, _demo),
     ('export', 'export a detector as an MXNet symbol, an ONNX model or a TensorRT engine',
      _export_arguments, _export),

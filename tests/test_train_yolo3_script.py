@@ -1,16 +1,23 @@
-"""scripts/train_yolo3.py: GluonCV's train_yolo3.py flags and defaults, the refusals, and an
-epoch of the demo data as a user runs it (multi-scale, mixup, resume)."""
+"""scripts/train_yolo3.py: GluonCV's train_yolo3.py flags and defaults, the refusals, an
+epoch of the demo data as a user runs it (multi-scale, mixup, resume), and a kill -9 resume
+that ends where the straight run does."""
 import json
 import os
+import signal
 
 import pytest
 
 from gluondet import cli as gluondet_cli
+from gluondet.data import DemoDetection
+from gluondet.engine import TrainConfig
+from gluondet.engine.testing import check_resume
 from gluondet.errors import UserError
+from gluondet.tasks import YOLO3Task
 from gluondet.train import yolo3 as script
 from script_runs import run_cpu_command, run_on_small_demo
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
 SCRIPT = os.path.join(ROOT, 'scripts', 'train_yolo3.py')
 SMALL = ['--backbone', 'mobilenet0.5', '--data-shape', '128', '--batch-size', '4',
          '--dataset', 'demo', '--gpus', '', '--no-pretrained-base', '-j', '0',
@@ -48,6 +55,22 @@ def test_schedule_in_gluoncvs_terms():
         script.schedule(script.parse_args(['--num-samples', '640', '--lr-mode', 'cosine']))
 
 
+class _Built(Exception):
+    pass
+
+
+@pytest.mark.parametrize('argv, zoom', [([], True), (['--no-zoom'], False)])
+def test_no_zoom_leaves_out_the_zoom_out_and_crop(argv, zoom, monkeypatch, tmp_path):
+    def fit(task, config):
+        raise _Built(task)
+    monkeypatch.setattr(script, 'fit', fit)
+    with pytest.raises(_Built) as built:
+        script.main(['--dataset', 'demo', '--gpus', '', '--no-pretrained-base',
+                     '--network', 'mobilenet0.5', '--save-prefix', str(tmp_path) + '/'] + argv)
+    task = built.value.args[0]
+    assert task.zoom is zoom and task.train_transform().zoom is zoom
+
+
 @pytest.mark.parametrize('argv, expected', [
     (['--network', 'resnet50'], "unknown --network 'resnet50'; YOLOv3 has darknet53, "
                                 'mobilenet0.25, mobilenet0.5, mobilenet1.0'),
@@ -74,3 +97,28 @@ def test_an_epoch_at_random_shapes_with_mixup_then_a_resume(tmp_path):
     assert again.returncode == 0, again.stderr[-3000:]
     assert 'Start training from [Epoch 1]' in again.stderr
     assert json.loads(last.read_text())['epoch'] == 2
+
+
+def make_task(num_images=8):
+    """The demo network on small demo images, sizes of 64 to 128 px every 2 batches, label
+    smoothing (factory for check_resume)."""
+    train = DemoDetection('train', num_images=num_images, image_size=96)
+    val = DemoDetection('val', num_images=4, image_size=96)
+    task = YOLO3Task('yolo3_mobilenet0.5_custom', train, val, 96, random_shapes=(64, 96, 128),
+                     label_smooth=True, pretrained_base=False)
+    task.train_size_interval = 2
+    return task
+
+
+# 8 images, batch 2: 4 steps an epoch, a new size every 2 steps; the child pauses at step 6
+# (epoch 2, batch 2) after the checkpoint at step 5, mid size block, mixup in epoch 1 only.
+RESUME_CONFIG = TrainConfig(batch_size=2, num_workers=0, epochs=2, lr=0.005, warmup_iters=4,
+                            mixup=True, no_mixup_epochs=1, log_interval=1, save_interval=0, val_interval=0,
+                            checkpoint_interval=5, seed=7)
+
+
+def test_yolo3_resume_after_kill_9_equals_the_straight_run(tmp_path):
+    report = check_resume('test_train_yolo3_script:make_task', RESUME_CONFIG, str(tmp_path),
+                          kill_signal=signal.SIGKILL, pythonpath=[HERE])
+    assert (report['paused_at'], report['resumed_from']) == (6, 5)
+    assert report['params_diff'] <= 1e-6 and report['states_diff'] <= 1e-6

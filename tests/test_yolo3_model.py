@@ -68,7 +68,7 @@ def test_inference_output_and_anchors():
     assert set(np.unique(ids.asnumpy()[valid])) <= {0, 1, 2}
     assert (scores.asnumpy()[~valid] == -1).all()
     s = scores.asnumpy()[:, :, 0]
-    assert (np.diff(np.where(s >= 0, s, -np.inf), axis=1) <= 0).all()   # sorted
+    assert (np.diff(s, axis=1) <= 0).all() and valid.any()   # sorted, the padding (-1) last
     assert net.anchors == [[116, 90, 156, 198, 373, 326], [30, 61, 62, 45, 59, 119],
                            [10, 13, 16, 30, 33, 23]]
     assert net.strides == [32, 16, 8] and net.base_size == 416
@@ -92,6 +92,29 @@ def test_training_output_is_the_documented_tuple():
         size = np.exp(scales[:, place]) * anchor
         np.testing.assert_allclose(boxes[:, place], np.concatenate(
             [center - size / 2, center + size / 2], axis=-1), rtol=1e-5, atol=1e-3)
+
+
+def test_a_fresh_prediction_starts_at_the_priors():
+    """From scratch the objectness starts at 8 objects an image, the classes at 0.6 over their
+    number (the logit of a class is log(0.6 / (C - 0.99)), as Ultralytics'; initialized as the
+    trainer does it: Xavier for what has no initializer of its own)."""
+    net = get_model('yolo3_mobilenet0.5_custom', classes=CUSTOM, pretrained_base=False)
+    net.initialize(mx.init.Xavier(rnd_type='gaussian', factor_type='out', magnitude=2))
+    with autograd.train_mode():
+        _, _, scales, objness, classes = (o.asnumpy() for o in net(_input(320)))
+    start = 0
+    for stride in net.strides:
+        count = (320 // stride) ** 2 * 3
+        probability = 1 / (1 + np.exp(-objness[0, start:start + count]))
+        np.testing.assert_allclose(probability.sum() / 3, 8, rtol=0.1)
+        start += count
+    assert abs(classes.mean() - np.log(0.6 / 2.01)) < 0.05 and classes.std() < 0.3
+    assert np.abs(scales).max() < 0.5
+    net.reset_class(['a', 'b', 'c', 'd', 'e'])       # new rows start there too
+    net.yolo_outputs[0].prediction.initialize()
+    with autograd.train_mode():
+        classes = net(_input(320))[4].asnumpy()
+    assert abs(classes.mean() - np.log(0.6 / 4.01)) < 0.05 and classes.std() < 0.3
 
 
 def test_hybridized_outputs_equal_imperative():

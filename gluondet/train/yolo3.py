@@ -56,6 +56,10 @@ def build_parser():
     parser.add_argument('--no-random-shape', action='store_true',
                         help='train at --data-shape only (faster, slightly less accurate)')
     parser.add_argument('--label-smooth', action='store_true', help='label smoothing')
+    parser.add_argument('--no-zoom', action='store_true',
+                        help="gluondet's: leave out the zoom-out and crop of GluonCV's "
+                             'augmentation (colour, resize and flip remain), for objects '
+                             'already small in the images or a short training from scratch')
     return parser
 
 
@@ -116,7 +120,7 @@ def main(argv=None):
         task = YOLO3Task(
             name, train_dataset, val_dataset, args.data_shape,
             random_shapes=None if args.no_random_shape else RANDOM_SHAPES,
-            label_smooth=args.label_smooth, pretrained_base=args.pretrained_base,
+            label_smooth=args.label_smooth, zoom=not args.no_zoom, pretrained_base=args.pretrained_base,
             num_workers=args.num_workers,
             model_kwargs={'norm_layer': 'syncbn'} if args.syncbn else None,
             pruned_model=common.pruned_model(args, args.save_prefix + name))
