@@ -4,15 +4,16 @@ For each network, with random weights that detect (``detecting_random_weights``:
 many overlapping boxes, so the comparison means something), every runtime takes
 the same BCCD test images (640x480 JPEG through the model's validation transform).
 
-SSD names (fixed input size):
+A ``_custom`` name gets BCCD's 3 classes. SSD and YOLOv3 names (fixed input size, the
+zoo's; YOLOv3 exported with its own graph, deploy kind ``yolo3``):
 
 - latency: batch 1, median seconds per call;
 - throughput: batch ``--batch`` (default 8), images per second.
 
-Faster R-CNN names (``faster_rcnn_*``; a ``_custom`` one gets BCCD's 3 classes): latency
-at batch 1 only. Each image is resized keeping its ratio (the zoo's short side and max
-size, or ``--rcnn-short``/``--rcnn-max-size``: the network is built with them, as a
-training with ``--image-short`` would be) and padded at the bottom and right to its
+Faster R-CNN names (``faster_rcnn_*``): latency at batch 1 only. Each image is resized
+keeping its ratio (the zoo's short side and max size, or ``--rcnn-short``/
+``--rcnn-max-size``: the network is built with them, as a training with
+``--image-short`` would be) and padded at the bottom and right to its
 multiple (32 with FPN): BCCD's 640x480 at 600/1000 gives 600x800, 608x800 with FPN; at
 800/1333 with FPN 800x1088. ONNX Runtime runs ``export_onnx``'s static batch-1 model of
 that size (a Faster R-CNN is exported for one input size); MXNet takes the same padded
@@ -21,9 +22,9 @@ each at batch 1. Where ONNX Runtime (fp32 or int8) is under the 1.5x goal (``--p
 auto``), or always (``--profile on``), its per-node profile (``enable_profiling``, the
 timed calls after a warm-up) is printed: milliseconds per call by stage (backbone + RPN
 head, proposals, ROI Align, box head, post-processing), by operator type, and the
-``--profile-top`` slowest nodes. An SSD's profile (batch 1, by operator type and
-slowest nodes) is printed with ``--profile on`` only. ``--mxnet-profile`` adds MXNet's
-per-operator profile; it turns MXNet's bulk execution off
+``--profile-top`` slowest nodes. A fixed-size network's profile (batch 1, by operator
+type and slowest nodes) is printed with ``--profile on`` only. ``--mxnet-profile`` adds
+MXNet's per-operator profile (batch 1); it turns MXNet's bulk execution off
 (MXNET_EXEC_BULK_EXEC_INFERENCE=0, else the profiler sees only fused segments), so that
 run's MXNet times are not the benchmark's.
 
@@ -64,6 +65,11 @@ CLASSES = ('RBC', 'WBC', 'Platelets')
 NETWORKS = ('ssd_512_mobilenet1.0_voc,ssd_300_vgg16_atrous_voc,'
             'faster_rcnn_fpn_resnet18_v1b_custom,faster_rcnn_resnet50_v1b_voc')
 GOAL = 1.5     # issue 9: ONNX Runtime at least 1.5x MXNet at batch 1 (Faster R-CNN)
+
+
+def zoo_kwargs(name):
+    """``get_model``'s arguments besides the name: BCCD's classes for a ``_custom`` one."""
+    return {'classes': CLASSES} if name.endswith('_custom') else {}
 
 
 def images(dataset, count, height, width):
@@ -125,7 +131,7 @@ def main():
                              "under the %.1fx goal; an SSD's with 'on' only)" % GOAL)
     parser.add_argument('--profile-top', type=int, default=12)
     parser.add_argument('--mxnet-profile', action='store_true',
-                        help="Faster R-CNN: MXNet's per-operator profile too (bulk execution "
+                        help="MXNet's per-operator profile too, batch 1 (bulk execution "
                              "off: that run's MXNet times are not the benchmark's)")
     args = parser.parse_args()
     args.mxnet_threads = args.mxnet_threads or args.threads
@@ -155,12 +161,12 @@ def main():
         if name.startswith('faster_rcnn'):
             bench_rcnn(name, args, options, test, calib, checks)
         else:
-            bench_ssd(name, args, options, test, calib, checks)
+            bench_fixed(name, args, options, test, calib, checks)
     return checks.status()
 
 
-def bench_ssd(name, args, options, test, calib, checks):
-    """An SSD's rows: latency at batch 1, throughput at ``--batch``."""
+def bench_fixed(name, args, options, test, calib, checks):
+    """A fixed-size network's rows (SSD, YOLOv3): latency at batch 1, throughput at ``--batch``."""
     import mxnet as mx
     import numpy as np
     import onnx
@@ -172,7 +178,7 @@ def bench_ssd(name, args, options, test, calib, checks):
 
     height, width = get_model_info(name).data_shape
     data = images(test, args.batch, height, width)
-    net = get_model(name, pretrained_base=False)
+    net = get_model(name, pretrained_base=False, **zoo_kwargs(name))
     detecting_random_weights(net, mx.nd.array(data))
     net.hybridize(static_alloc=True, static_shape=True)
     with tempfile.TemporaryDirectory() as tmp:
@@ -202,10 +208,14 @@ def bench_ssd(name, args, options, test, calib, checks):
                  times[0] / times[2], comparison), flush=True)
         checks.check(comparison.ok, '%s %s: float detections of ONNX Runtime differ from '
                      "MXNet's: %s" % (name, label, comparison))
+    x_np = np.ascontiguousarray(data[:1])
     if args.profile == 'on':
         print_ort_profile('%s onnxruntime fp32, batch 1' % name, models[0], None,
-                          options, np.ascontiguousarray(data[:1]), args.repeat,
-                          args.profile_top)
+                          options, x_np, args.repeat, args.profile_top)
+    if args.mxnet_profile:
+        x_nd = mx.nd.array(x_np)
+        print_mxnet_profile('%s, batch 1,' % name, lambda: [o.asnumpy() for o in net(x_nd)],
+                            args.repeat, args.profile_top)
 
 
 def bench_rcnn(name, args, options, test, calib, checks):
@@ -220,7 +230,7 @@ def bench_rcnn(name, args, options, test, calib, checks):
     from gluondet.deploy.quantize import quantize_onnx
     from gluondet.model_zoo import get_model
 
-    kwargs = {'classes': CLASSES} if name.endswith('_custom') else {}
+    kwargs = zoo_kwargs(name)
     if args.rcnn_short is not None:
         kwargs['short'] = args.rcnn_short
     if args.rcnn_max_size is not None:

@@ -272,14 +272,13 @@ def run_gluondet(args):
     return clock.times, clock.losses, clock.rss_before, _peak_mb(), None
 
 
-def _compute_setup(args):
-    """gluondet's net, trainer and staged batches, built as `engine.fit` builds them."""
+def _compute_setup(task, config):
+    """gluondet's net, trainer and staged batches of ``task``, built as `engine.fit` builds
+    them (bench_yolo3_train.py uses it too)."""
     import mxnet as mx
     from gluondet.engine import local_runtime, split_batch, trainable_params
     from gluondet.engine.data import seed_all
     from gluondet.engine.loop import train_data
-    task = _task(args)
-    config = _config(args, 'unused')
     runtime = local_runtime(config)
     seed_all(config.seed)
     net = task.build_net(list(runtime.ctx))
@@ -303,7 +302,7 @@ def _compute_step(task, net, trainer, parts):
 
 
 def run_compute(args):
-    task, net, trainer, staged = _compute_setup(args)
+    task, net, trainer, staged = _compute_setup(_task(args), _config(args, 'unused'))
     times, losses = [], []
     rss_before = _rss_mb()
     for parts in staged:
@@ -315,7 +314,7 @@ def run_compute(args):
 def run_profile(args):
     """gluondet's compute loop; MXNet's aggregate operator table over the timed steps."""
     import mxnet as mx
-    task, net, trainer, staged = _compute_setup(args)
+    task, net, trainer, staged = _compute_setup(_task(args), _config(args, 'unused'))
     for parts in staged[:args.warmup]:
         _compute_step(task, net, trainer, parts)
     mx.profiler.set_config(profile_all=True, aggregate_stats=True,
@@ -345,25 +344,32 @@ def _summary(times, losses, warmup, batch_size):
             'first': statistics.mean(losses[:third]), 'last': statistics.mean(losses[-third:])}
 
 
+def operator_rows(table):
+    """``[(operator, calls, total ms)]``: the operator section of MXNet's aggregate table
+    (``profiler.dumps(format='table')``) in its order; None if it has none."""
+    lines = table.splitlines()
+    start = next((i for i, line in enumerate(lines) if line.strip() == 'operator'), None)
+    if start is None:
+        return None
+    rows = []
+    for line in lines[start + 4:]:
+        parts = line.split()
+        if len(parts) < 6 or line.startswith('='):
+            break
+        rows.append((' '.join(parts[:-5]), int(parts[-5]), float(parts[-4])))
+    return rows
+
+
 def _print_profile(args, wall, table):
     """The operator rows of MXNet's aggregate table (sorted by total time), with each
     one's share of the summed operator time."""
-    lines = table.splitlines()
-    start = next((i for i, line in enumerate(lines) if line.strip() == 'operator'), None)
     print('gluondet compute step profile: %s, batch %d, %dx%d max, %d steps, wall %.2f s/step '
           '(profiled, bulk execution off)' % (NETWORK, args.batch_size, args.short,
                                              args.max_size, args.steps, wall / args.steps))
-    if start is None:
+    rows = operator_rows(table)
+    if rows is None:
         print(table)
         return
-    rows = []
-    for line in lines[start + 4:]:
-        if not line.strip() or line.startswith('='):
-            break
-        parts = line.split()
-        if len(parts) < 6:
-            break
-        rows.append((' '.join(parts[:-5]), int(parts[-5]), float(parts[-4])))
     total = sum(r[2] for r in rows) or 1.
     print('%-44s %7s %12s %7s %12s' % ('operator', 'calls', 'total ms', 'share', 'ms / step'))
     for name, count, ms in rows[:args.top]:

@@ -1,7 +1,9 @@
-"""benchmarks/: a failed correctness check ends in a non-zero exit, and run_all reports it."""
+"""benchmarks/: a failed correctness check ends in a non-zero exit, and run_all reports it; the
+YOLOv3 training benchmark's GluonCV loop trains at gluondet's sizes."""
 import os
 import sys
 
+import numpy as np
 import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'benchmarks'))
@@ -38,3 +40,34 @@ def test_run_all_reports_a_failed_benchmark(tmp_path, monkeypatch, capsys):
     assert 'FAILED (exit status 1)' in out
     with pytest.raises(SystemExit, match='no such benchmark: bench_nothing'):
         run_all.main(['bench_nothing'])
+
+
+class _Side:
+    """A transform of GluonCV's YOLOv3 kind (``_width``): each sample becomes its side."""
+
+    def __init__(self, side):
+        self._width = self._height = side
+
+    def __call__(self, item):
+        return np.array([self._width], np.float32)
+
+
+@pytest.mark.parametrize('workers', [0, 2])
+def test_yolo3_bench_gluoncv_loader_replays_gluondet_sizes(monkeypatch, workers):
+    """bench_yolo3_train: GluonCV's random-shape loader makes each batch at the size gluondet's
+    sampler gives its step (the benchmark checks it again on every run)."""
+    pytest.importorskip('gluoncv')
+    from gluoncv.data import dataloader
+    from mxnet import gluon
+    import bench_yolo3_train as bench
+    args = bench.parse_args(['--sizes', 'random', '--steps', '30', '--warmup', '2'])
+    args.mode = 'random'
+    sides = bench.size_sequence(args)
+    assert len(sides) == 32 and len(set(sides)) > 1
+    loader = dataloader.RandomTransformDataLoader(
+        [_Side(s) for s in bench.RANDOM_SHAPES], gluon.data.SimpleDataset(list(range(64))),
+        interval=bench.INTERVAL, batch_size=2, num_workers=workers)
+    monkeypatch.setattr(dataloader, 'np', dataloader.np)     # restored after the test
+    bench.replay_sizes(sides)
+    made = [batch.asnumpy() for batch in loader]
+    assert [b.ravel().tolist() for b in made] == [[s, s] for s in sides]
