@@ -59,8 +59,10 @@ class _Built(Exception):
     pass
 
 
-@pytest.mark.parametrize('argv, zoom', [([], True), (['--no-zoom'], False)])
-def test_no_zoom_leaves_out_the_zoom_out_and_crop(argv, zoom, monkeypatch, tmp_path):
+@pytest.mark.parametrize('argv, zoom, thresh', [([], True, None),
+                                                 (['--no-zoom', '--anchor-iou-thresh', '0.2'],
+                                                  False, 0.2)])
+def test_gluondets_flags_reach_the_task(argv, zoom, thresh, monkeypatch, tmp_path):
     def fit(task, config):
         raise _Built(task)
     monkeypatch.setattr(script, 'fit', fit)
@@ -69,6 +71,7 @@ def test_no_zoom_leaves_out_the_zoom_out_and_crop(argv, zoom, monkeypatch, tmp_p
                      '--network', 'mobilenet0.5', '--save-prefix', str(tmp_path) + '/'] + argv)
     task = built.value.args[0]
     assert task.zoom is zoom and task.train_transform().zoom is zoom
+    assert task.anchor_iou_thresh == thresh
 
 
 @pytest.mark.parametrize('argv, expected', [

@@ -70,6 +70,23 @@ def test_one_box_by_hand():
         assert np.count_nonzero(target) == 2
 
 
+def test_anchors_above_the_anchor_iou_thresh_are_assigned_too():
+    """YOLOv4's assignment: the 50 x 100 px box has IoU 0.71 with 59 x 119 (the best), 0.41
+    with 116 x 90 and 62 x 45, 0.37 with 30 x 61, less with the others."""
+    box, ids = [[100, 100, 150, 200]], [3]
+    best = YOLOV3TargetGenerator(ANCHORS, STRIDES)(320, 320, box, ids)
+    objectness, center, scale, weight, class_id = YOLOV3TargetGenerator(
+        ANCHORS, STRIDES, anchor_iou_thresh=0.3)(320, 320, box, ids)
+    stride32 = (4 * 10 + 3) * 3                              # center (125, 150): row 4, col 3
+    stride16 = [300 + (9 * 20 + 7) * 3 + k for k in (0, 1, 2)]
+    assert list(np.flatnonzero(objectness)) == [stride32] + stride16
+    assert (class_id[[stride32] + stride16] == 3).all() and (class_id >= 0).sum() == 4
+    np.testing.assert_allclose(scale[stride32], np.log([50 / 116, 100 / 90]), rtol=1e-6)
+    np.testing.assert_allclose(center[stride32], [125 / 32 - 3, 150 / 32 - 4], rtol=1e-6)
+    for ours, gluoncv in zip((objectness, center, scale, weight, class_id), best):
+        np.testing.assert_array_equal(ours[stride16[2]], gluoncv[stride16[2]])   # the best one
+
+
 @pytest.mark.parametrize('label_smooth,on,off', [(False, 1, 0), (True, 1 - 1 / 40, 1 / 40)])
 def test_ignore_mask_and_class_targets(label_smooth, on, off):
     preds = nd.array([[[0, 0, 10, 10], [0, 0, 10, 7], [0, 0, 10, 8], [50, 50, 60, 60]]])
@@ -165,7 +182,7 @@ def test_gluondet_network_learns_from_the_losses():
         generator(160, 192, image[:, :4], image[:, 4]) for image in labels])]
     images, gt_boxes = nd.array(rng.normal(size=(2, 3, 160, 192))), nd.array(labels[:, :, :4])
     loss = YOLOV3Loss(label_smooth=True)
-    trainer = gluon.Trainer(net.collect_params(), 'sgd', {'learning_rate': 1e-3})
+    trainer = gluon.Trainer(net.collect_params(), 'sgd', {'learning_rate': 1e-2})
     totals = []
     for _ in range(4):
         with autograd.record():
@@ -174,7 +191,9 @@ def test_gluondet_network_learns_from_the_losses():
         total.backward()
         trainer.step(1)
         totals.append(total.asscalar())
-    assert np.isfinite(totals).all() and totals[-1] < totals[0] / 2
+    # the prediction starts at its priors (a loss near 60 here, not hundreds)
+    assert np.isfinite(totals).all() and (np.diff(totals) < 0).all()
+    assert totals[-1] < totals[0] * 0.7, totals
     trained = [p for p in net.collect_params().values() if p.grad_req != 'null']
     assert all(p.grad().asnumpy().any() for p in trained)
 

@@ -25,7 +25,9 @@ class YOLOV3TargetGenerator:
     Each ground truth is assigned to one prediction: of all anchors of all outputs, the one
     whose box, centered on the ground truth's, has the highest IoU with it (the first on ties);
     in that anchor's output, the cell holding the ground truth's center. A later ground truth
-    assigned to the same prediction replaces an earlier one. Numpy only, so it runs in the
+    assigned to the same prediction replaces an earlier one. With ``anchor_iou_thresh`` (YOLOv4's
+    ``iou_thresh``, 0.213 in its darknet configs) every other anchor of IoU above it is
+    assigned the ground truth too, in its own output. Numpy only, so it runs in the
     data workers; every float follows GluonCV's arithmetic, so the targets equal its own.
     Classes travel as ids (one number per prediction instead of GluonCV's one-hot rows);
     :class:`YOLOV3DynamicTarget` expands them on the device.
@@ -37,6 +39,8 @@ class YOLOV3TargetGenerator:
         in the outputs' order (the network's ``anchors``).
     strides : 3 ints
         Stride of each output, in the same order (the network's ``strides``).
+    anchor_iou_thresh : float, optional
+        Also assign the anchors of IoU above it (None: the best anchor only, GluonCV's).
 
     Call
     ----
@@ -54,9 +58,10 @@ class YOLOV3TargetGenerator:
     - class id ``N x 1``: the box's class (else -1).
     """
 
-    def __init__(self, anchors, strides):
+    def __init__(self, anchors, strides, anchor_iou_thresh=None):
         self.anchors = np.asarray(anchors, dtype=np.float32).reshape(len(strides), -1, 2)
         self.strides = tuple(int(s) for s in strides)
+        self.anchor_iou_thresh = anchor_iou_thresh
 
     def __call__(self, height, width, boxes, ids, mix_ratio=None):
         num_anchors = self.anchors.shape[1]
@@ -76,7 +81,7 @@ class YOLOV3TargetGenerator:
         box_w, box_h = boxes[:, 2] - boxes[:, 0], boxes[:, 3] - boxes[:, 1]
         center_x = boxes[:, 0] + box_w * np.float32(0.5)
         center_y = boxes[:, 1] + box_h * np.float32(0.5)
-        for m, match in enumerate(self._best_anchors(box_w, box_h)):
+        for m, match in self._assignments(box_w, box_h):
             layer, anchor = divmod(int(match), num_anchors)
             rows, cols = sizes[layer]
             # float64 from here, as GluonCV's numpy scalars (float32 / int)
@@ -98,14 +103,21 @@ class YOLOV3TargetGenerator:
         class_id[~assigned] = -1
         return objectness, center, scale, weight, class_id
 
-    def _best_anchors(self, box_w, box_h):
-        """Index (over all outputs' anchors) of the anchor shape of highest IoU with each box,
-        both centered at the origin: float32 as MXNet's ``box_iou``."""
+    def _assignments(self, box_w, box_h):
+        """``(box, anchor)`` pairs, the anchor an index over all outputs' anchors: each box's
+        anchor shape of highest IoU with it, both centered at the origin (float32 as MXNet's
+        ``box_iou``), then those above ``anchor_iou_thresh``."""
         anchors = self.anchors.reshape(-1, 2)
         inter = (np.minimum(box_w[:, None], anchors[None, :, 0]) *
                  np.minimum(box_h[:, None], anchors[None, :, 1]))
         union = (anchors[:, 0] * anchors[:, 1])[None, :] + (box_w * box_h)[:, None] - inter
-        return (inter / union).argmax(axis=1)
+        iou = inter / union
+        best = iou.argmax(axis=1)
+        pairs = list(enumerate(best))
+        if self.anchor_iou_thresh is not None:
+            pairs += [(m, k) for m, k in zip(*np.nonzero(iou > self.anchor_iou_thresh))
+                      if k != best[m]]
+        return pairs
 
     @staticmethod
     def _log_ratio(size, anchor):

@@ -37,6 +37,9 @@ class YOLO3Task(DetectionTask):
     ignore_iou_thresh : float
         Predictions overlapping a ground truth by more than this are neither object nor
         background (GluonCV's 0.7).
+    anchor_iou_thresh : float, optional
+        Also assign each ground truth to the anchors of IoU above it (YOLOv4's ``iou_thresh``;
+        None: the best anchor only, GluonCV's); see `YOLOV3TargetGenerator`.
     **kwargs
         ``classes``, ``pretrained_base``, ``model_kwargs``, ``val_batch_size``,
         ``num_workers``, ``fine_tune``, ``pruned_model``: see
@@ -51,7 +54,7 @@ class YOLO3Task(DetectionTask):
 
     def __init__(self, network, train_dataset, val_dataset, data_shape=416,
                  random_shapes=RANDOM_SHAPES, label_smooth=False, zoom=True,
-                 ignore_iou_thresh=0.7, val_batch_size=8, **kwargs):
+                 ignore_iou_thresh=0.7, anchor_iou_thresh=None, val_batch_size=8, **kwargs):
         super().__init__(network, train_dataset, val_dataset, val_batch_size=val_batch_size,
                          **kwargs)
         self.width, self.height = ((data_shape, data_shape) if np.isscalar(data_shape)
@@ -60,6 +63,7 @@ class YOLO3Task(DetectionTask):
         self.zoom = zoom
         self.loss = YOLOV3Loss(ignore_iou_thresh, label_smooth)
         self.targets = None
+        self.anchor_iou_thresh = anchor_iou_thresh
         self.train_batchify = yolo3_train_batchify(5)
 
     def meta(self):
@@ -67,7 +71,7 @@ class YOLO3Task(DetectionTask):
 
     def build_net(self, ctx_list):
         net = self._get_model(ctx_list)
-        self.targets = YOLOV3TargetGenerator(net.anchors, net.strides)
+        self.targets = YOLOV3TargetGenerator(net.anchors, net.strides, self.anchor_iou_thresh)
         return self._place(net, ctx_list)
 
     def train_transform(self):
