@@ -17,7 +17,7 @@ import numpy as np
 from ..bbox import bbox_xyxy_to_xywh
 from ._inputs import as_batches, batch_boxes, batch_values
 from .coco_eval import (IOU_THRESHOLDS, coco_evaluate, evaluate_boxes, format_summary,
-                        load_ground_truth, summarize)
+                        load_ground_truth, object_array, summarize)
 
 __all__ = ['COCODetectionMetric', 'coco_evaluate']
 
@@ -134,14 +134,15 @@ class COCODetectionMetric(mx.metric.EvalMetric):
         return entry['width'], entry['height']
 
     def _result_rows(self, first, boxes, labels, scores):
-        """N x 7 ``[image index, x, y, w, h, score, json category]`` of kept detections."""
+        """N x 7 ``[image index, x, y, w, h, score, class id]`` of kept detections (classes
+        with a json category)."""
         labels = labels.astype(np.int64)
         known = (labels >= 0) & (labels < len(self._json_ids))
-        category = np.where(known, self._json_ids[np.where(known, labels, 0)], -1)
-        keep = (category >= 0) & (scores >= self._score_thresh)
+        known[known] = np.not_equal(self._json_ids[labels[known]], None)
+        keep = known & (scores >= self._score_thresh)
         image, index = np.nonzero(keep)
         return np.column_stack([image + first, bbox_xyxy_to_xywh(boxes[keep], offset=1),
-                                scores[keep], category[image, index]])
+                                scores[keep], labels[image, index]])
 
     def get(self):
         """Evaluate everything seen since ``reset``.
@@ -176,25 +177,22 @@ class COCODetectionMetric(mx.metric.EvalMetric):
         return names, values
 
     def _json_id(self, class_id):
-        return self._json_ids[class_id] if class_id < len(self._json_ids) else -1
+        return self._json_ids[class_id] if class_id < len(self._json_ids) else None
 
     def _detections(self):
-        """The collected rows as columns for the evaluator."""
+        """The collected rows as columns for the evaluator (ids as the json writes them)."""
         rows = np.concatenate(self._rows) if self._rows else np.zeros((0, 7))
-        image_ids = np.asarray(self._image_ids)
-        return {'image_id': image_ids[rows[:, 0].astype(np.int64)],
-                'category_id': rows[:, 6].astype(np.int64),
+        return {'image_id': object_array(self._image_ids)[rows[:, 0].astype(np.int64)],
+                'category_id': self._json_ids[rows[:, 6].astype(np.int64)],
                 'bbox': rows[:, 1:5], 'score': rows[:, 5]}
 
 
 def _json_category_table(mapping):
-    """Array: class id -> json category id (-1 where the class has none)."""
+    """Object array: class id -> json category id (an int or str as the json writes it;
+    None where the class has none)."""
     if isinstance(mapping, dict):
-        table = np.full(max(mapping, default=-1) + 1, -1, dtype=np.int64)
-        for class_id, json_id in mapping.items():
-            table[class_id] = json_id
-        return table
-    return np.asarray(mapping, dtype=np.int64).reshape(-1)
+        return object_array([mapping.get(i) for i in range(max(mapping, default=-1) + 1)])
+    return object_array([None if json_id == -1 else json_id for json_id in mapping])
 
 
 def _check_data_shape(data_shape):
@@ -217,10 +215,10 @@ def _class_ap(precision, category_ids, json_id):
 
 def _write_results(path, detections):
     """Write COCO results json atomically."""
-    results = [{'image_id': image_id, 'category_id': int(category_id),
+    results = [{'image_id': image_id, 'category_id': category_id,
                 'bbox': [float(v) for v in bbox], 'score': float(score)}
                for image_id, category_id, bbox, score in zip(
-                   detections['image_id'].tolist(), detections['category_id'],
+                   detections['image_id'].tolist(), detections['category_id'].tolist(),
                    detections['bbox'], detections['score'])]
     tmp = '%s.tmp%d' % (path, os.getpid())
     with open(tmp, 'w') as f:

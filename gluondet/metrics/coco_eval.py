@@ -30,10 +30,11 @@ import warnings
 
 import numpy as np
 
+from ..coco_ids import is_id, other_type, sort_key
 from ._pairs import chunks, pairs
 
 __all__ = ['coco_evaluate', 'evaluate_boxes', 'summarize', 'format_summary', 'load_ground_truth',
-           'detection_columns', 'STAT_NAMES']
+           'detection_columns', 'object_array', 'STAT_NAMES']
 
 STAT_NAMES = ('AP', 'AP50', 'AP75', 'APs', 'APm', 'APl',
               'AR1', 'AR10', 'AR100', 'ARs', 'ARm', 'ARl')
@@ -80,16 +81,21 @@ class GroundTruth:
         self.image_ids = _sorted_ids(dataset['images'], 'images', source)
         self.category_ids = _sorted_ids(dataset['categories'], 'categories', source)
         anns = dataset['annotations']
-        try:
-            image, known_image = _lookup(self.image_ids, [a['image_id'] for a in anns])
-            category, known_cat = _lookup(self.category_ids, [a['category_id'] for a in anns])
-            ids = [a['id'] for a in anns]
-        except (KeyError, TypeError):
-            raise ValueError('%s: every annotation needs "id", "image_id" and "category_id"'
-                             % source) from None
+        for i, ann in enumerate(anns):
+            for key in ('id', 'image_id', 'category_id'):
+                if not isinstance(ann, dict) or not is_id(ann.get(key)):
+                    raise ValueError('%s: annotations[%d]/%s: missing or not an int or str, '
+                                     'got %r' % (source, i, key, ann.get(key) if isinstance(
+                                         ann, dict) else ann))
+        ids = [a['id'] for a in anns]
         if len(set(ids)) != len(ids):
             raise ValueError('%s: annotation ids are not unique (pycocotools would evaluate '
                              'one annotation in place of another)' % source)
+        image, known_image = _lookup(self.image_ids, [a['image_id'] for a in anns])
+        category, known_cat = _lookup(self.category_ids, [a['category_id'] for a in anns])
+        _warn_other_type(anns, ~known_image, 'image_id', self.image_ids, 'images', source)
+        _warn_other_type(anns, ~known_cat, 'category_id', self.category_ids, 'categories',
+                         source)
         keep = known_image & known_cat  # pycocotools drops the others
         anns = [a for a, known in zip(anns, keep) if known]
         try:
@@ -102,7 +108,7 @@ class GroundTruth:
             raise ValueError('%s: annotation boxes and areas must be finite' % source)
         self.image, self.category = image[keep], category[keep]
         self.crowd = np.array([bool(a.get('iscrowd', 0)) for a in anns], dtype=bool)
-        self.zero_id = np.array(ids)[keep] == 0
+        self.zero_id = np.array([a['id'] == 0 for a in anns], dtype=bool)
         self._entries = None
 
     def image_entry(self, image_id):
@@ -113,19 +119,57 @@ class GroundTruth:
 
 
 def _sorted_ids(entries, key, source):
+    """The entries' ids (ints or strings, `gluondet.coco_ids`), unique, in `sort_key` order,
+    as an object array (ints and strings kept apart)."""
+    ids = set()
+    for i, entry in enumerate(entries):
+        if not isinstance(entry, dict) or not is_id(entry.get('id')):
+            raise ValueError('%s: %s[%d]/id: missing or not an int or str, got %r' % (
+                source, key, i, entry.get('id') if isinstance(entry, dict) else entry))
+        ids.add(entry['id'])
+    return object_array(sorted(ids, key=sort_key))
+
+
+def object_array(values):
+    """A 1-D object array of ``values`` (each element as it is, lists included)."""
+    array = np.empty(len(values), dtype=object)
+    for i, value in enumerate(values):
+        array[i] = value
+    return array
+
+
+def _lookup(ids, values):
+    """Index of each value in ``ids`` and whether it is there.
+
+    Ids match by value and type, as pycocotools' dict keys (``"7"`` is not ``7``; a
+    detection's ``7.0`` is); bools and values that cannot be keys match nothing.
+    """
+    index = {value: i for i, value in enumerate(ids.tolist())}
+    found = np.fromiter((_find(index, value) for value in values), np.int64, len(values))
+    return found.clip(0), found >= 0
+
+
+def _find(index, value):
+    if isinstance(value, bool):
+        return -1
     try:
-        return np.unique([entry['id'] for entry in entries])
-    except (KeyError, TypeError):
-        raise ValueError('%s: every entry of %r needs an "id"' % (source, key)) from None
+        return index.get(value, -1)
+    except TypeError:       # a list or dict
+        return -1
 
 
-def _lookup(sorted_ids, values):
-    """Index of each value in ``sorted_ids`` and whether it is there."""
-    values = np.asarray(values)
-    if len(sorted_ids) == 0:
-        return np.zeros(len(values), dtype=np.int64), np.zeros(len(values), dtype=bool)
-    index = np.searchsorted(sorted_ids, values).clip(0, len(sorted_ids) - 1)
-    return index, sorted_ids[index] == values
+def _warn_other_type(anns, unknown, key, ids, where, source):
+    """Warn about annotations left out because their ``key`` is an id of ``ids`` written as
+    the other of int and str (pycocotools drops them without a word)."""
+    members = set(ids.tolist())
+    named = [(i, anns[i][key]) for i in np.flatnonzero(unknown)
+             if other_type(anns[i][key], members, where)]
+    if named:
+        i, value = named[0]
+        warnings.warn('%s: annotations[%d]/%s: no %s entry has the id %r%s; %d such '
+                      'annotations are not evaluated' % (
+                          source, i, key, where, value, other_type(value, members, where),
+                          len(named)))
 
 
 def _first_bad(anns):
@@ -143,9 +187,9 @@ def load_ground_truth(gt):
     if isinstance(gt, dict):
         return GroundTruth(gt, '<dict>')
     try:
-        with open(gt) as f:
+        with open(gt, encoding='utf-8') as f:
             dataset = json.load(f)
-    except json.JSONDecodeError as err:
+    except (ValueError, RecursionError) as err:   # not json, not UTF-8, nested too deep
         raise ValueError('%s: not valid json (%s)' % (gt, err)) from None
     if not isinstance(dataset, dict):
         raise ValueError('%s: a COCO ground truth is a json object' % gt)
@@ -160,12 +204,16 @@ def _parse_detections(detections, gt):
                          % np.flatnonzero(~np.isfinite(np.c_[boxes, score]).all(1))[0])
     image, known = _lookup(gt.image_ids, image_id)
     if not known.all():
-        raise ValueError('detections name images absent from %s (first: %r)'
-                         % (gt.source, image_id[~known][0]))
+        first = image_id[~known][0]
+        raise ValueError('detections name images absent from %s (first: %r%s)' % (
+            gt.source, first, other_type(first, set(gt.image_ids.tolist()), 'the ground truth')))
     category, known = _lookup(gt.category_ids, category_id)
     if not known.all():
-        warnings.warn('%d detections have category ids absent from %s; they are not '
-                      'evaluated (as pycocotools)' % ((~known).sum(), gt.source))
+        first = category_id[~known][0]
+        warnings.warn('%d detections have category ids absent from %s (first: %r%s); they are '
+                      'not evaluated (as pycocotools)' % (
+                          (~known).sum(), gt.source, first,
+                          other_type(first, set(gt.category_ids.tolist()), 'the ground truth')))
     return image[known], category[known], boxes[known], score[known]
 
 
@@ -174,31 +222,46 @@ def detection_columns(detections):
 
     ``detections`` is a list of ``{image_id, category_id, bbox, score}``
     dicts, pycocotools' ``N x 7`` array ``[image_id, x, y, w, h, score,
-    category_id]``, or a dict of those four columns.
+    category_id]``, or a dict of those four columns. The ids are object arrays of the
+    values as given (ints and strings kept apart).
     """
     if isinstance(detections, np.ndarray):
         if detections.ndim != 2 or detections.shape[1] != 7:
             raise ValueError('a detection array must be N x 7 [image_id, x, y, w, h, score, '
                              'category_id], got shape %s' % (detections.shape,))
-        return (detections[:, 0], detections[:, 6], detections[:, 1:5].astype(np.float64),
-                detections[:, 5].astype(np.float64))
+        try:
+            numbers = detections.astype(np.float64)
+        except (TypeError, ValueError):
+            raise ValueError('a detection array holds numbers, got %s' % detections.dtype) \
+                from None
+        # pycocotools' loadNumpyAnnotations: int ids
+        return (object_array([int(v) if np.isfinite(v) else v for v in numbers[:, 0].tolist()]),
+                object_array([int(v) if np.isfinite(v) else v for v in numbers[:, 6].tolist()]),
+                numbers[:, 1:5], numbers[:, 5])
     if isinstance(detections, dict):
-        columns = (np.asarray(detections['image_id']), np.asarray(detections['category_id']),
-                   np.asarray(detections['bbox'], np.float64).reshape(-1, 4),
-                   np.asarray(detections['score'], np.float64))
+        try:
+            columns = [object_array(list(detections[key])) for key in ('image_id', 'category_id')]
+            columns += [np.asarray(detections['bbox'], np.float64).reshape(-1, 4),
+                        np.asarray(detections['score'], np.float64).reshape(-1)]
+        except (KeyError, TypeError, ValueError):
+            raise ValueError('detections: a dict of the columns image_id, category_id, bbox '
+                             '(N x 4) and score (N)') from None
         if len({len(column) for column in columns}) != 1:
             raise ValueError('detection columns differ in length: %s'
                              % [len(column) for column in columns])
-        return columns
+        return tuple(columns)
+    if not isinstance(detections, (list, tuple)):
+        raise ValueError('detections: a list of {image_id, category_id, bbox, score}, an N x 7 '
+                         'array or a dict of columns, got %s' % type(detections).__name__)
     try:
-        image_id = np.array([d['image_id'] for d in detections])
-        category_id = np.array([d['category_id'] for d in detections])
+        image_id = object_array([d['image_id'] for d in detections])
+        category_id = object_array([d['category_id'] for d in detections])
         score = np.fromiter((d['score'] for d in detections), np.float64, len(detections))
         bbox = [d['bbox'] for d in detections]
         if any(len(b) != 4 for b in bbox):
             raise ValueError('a bbox is not 4 numbers')
         boxes = np.fromiter(itertools.chain.from_iterable(bbox), np.float64, 4 * len(bbox))
-    except (KeyError, TypeError, ValueError):
+    except (KeyError, TypeError, ValueError, OverflowError):
         raise ValueError('every detection needs image_id, category_id, score and bbox '
                          '[x, y, w, h] (first bad: %r)' % (_first_bad_det(detections),)) from None
     return image_id, category_id, boxes.reshape(-1, 4), score
