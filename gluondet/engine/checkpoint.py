@@ -6,7 +6,8 @@ A checkpoint is three files beside ``{save_prefix}``:
   (``net.save_parameters``; loads with ``net.load_parameters``);
 - ``{save_prefix}_last-{iteration:08d}-{sha1[:8]}.states``: the optimizer
   states, ``mx.nd.save`` of ``{'<param name>[:<slot>]': NDArray}`` with
-  structural parameter names as in the params file;
+  structural parameter names as in the params file, and the hooks' arrays
+  (``'<hook class>/<key>'``: the model EMA's averaged weights);
 - ``{save_prefix}_last.json``: the manifest, written last as the commit
   point. It names the two files (with their sha1), and holds the training
   position (epoch, batch, iteration), the optimizer's update counts and
@@ -32,7 +33,8 @@ import mxnet as mx
 from mxnet import nd
 
 from ..errors import UserError
-from ..files import atomic_save, atomic_write, remove_if_exists, write_synced
+from ..files import (atomic_save, atomic_write, remove_if_exists, save_ndarrays,
+                     save_parameters, write_synced)
 from ..threads import mxnet_threads
 
 LOG = logging.getLogger(__name__)
@@ -102,9 +104,16 @@ class Checkpointer:
         os.makedirs(os.path.dirname(os.path.abspath(self.prefix)), exist_ok=True)
         names = param_names(loop.net, loop.trainer)
         arrays, optimizer = optimizer_states(loop.trainer, names)
+        arrays.update(hook_arrays(loop.hooks))
         stem = '%s_last-%08d' % (self.prefix, loop.state.iteration)
-        params, params_sha1 = _write_hashed(loop.net.save_parameters, stem, '.params')
-        states, states_sha1 = _write_hashed(lambda tmp: nd.save(tmp, arrays), stem, '.states')
+        params, params_sha1 = _write_hashed(lambda tmp: save_parameters(loop.net, tmp), stem,
+                                            '.params')
+        try:
+            states, states_sha1 = _write_hashed(lambda tmp: save_ndarrays(tmp, arrays), stem,
+                                                '.states')
+        except BaseException:
+            os.remove(params)
+            raise
         self._files = {'params': os.path.basename(params), 'params_sha1': params_sha1,
                        'states': os.path.basename(states), 'states_sha1': states_sha1,
                        'optimizer': optimizer}
@@ -139,13 +148,14 @@ class Checkpointer:
         states = _checked_file(base, manifest, 'states', path)
         _check_optimizer(manifest['optimizer']['name'], loop.trainer, path)
         loop.net.load_parameters(params, ctx=list(loop.runtime.ctx))
-        load_optimizer_states(loop.trainer, param_names(loop.net, loop.trainer),
-                              nd.load(states), manifest['optimizer'])
+        arrays = nd.load(states)
+        load_optimizer_states(loop.trainer, param_names(loop.net, loop.trainer), arrays,
+                              manifest['optimizer'])
         state = loop.state
         state.epoch, state.batch, state.iteration = (manifest[k] for k in ('epoch', 'batch',
                                                                            'iteration'))
         _check_position(state, path)
-        load_hook_states(loop.hooks, manifest['hooks'])
+        load_hook_states(loop.hooks, manifest['hooks'], arrays)
         _report_differences(path, manifest, self.meta, self.config)
         _report_scale(path, manifest, loop.runtime.world_size)
         self._files = {k: manifest[k] for k in ('params', 'params_sha1', 'states', 'states_sha1',
@@ -215,7 +225,7 @@ def save_params(net, path, info):
         JSON-ready description (meta, epoch, metrics, ...); provenance is added.
     """
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    atomic_save(net.save_parameters, path)
+    atomic_save(lambda tmp: save_parameters(net, tmp), path)
     text = json.dumps(dict(format=PARAMS_FORMAT, **provenance(), **info), indent=1)
     atomic_write(path[:-len('.params')] + '.json', text)
 
@@ -285,11 +295,22 @@ def hook_states(hooks):
     return states
 
 
-def load_hook_states(hooks, states):
-    """Give each hook its saved state; a hook absent from the checkpoint keeps its own."""
+def hook_arrays(hooks):
+    """``{'<hook class name>/<key>': NDArray}`` of the hooks' ``state_arrays()``."""
+    return {'%s/%s' % (type(hook).__name__, key): array
+            for hook in hooks for key, array in hook.state_arrays().items()}
+
+
+def load_hook_states(hooks, states, arrays=None):
+    """Give each hook its saved state (and its arrays of ``arrays``, the states file's); a
+    hook absent from the checkpoint keeps its own."""
     for hook in hooks:
-        if type(hook).__name__ in states:
-            hook.load_state_dict(states[type(hook).__name__])
+        name = type(hook).__name__
+        if name in states:
+            hook.load_state_dict(states[name])
+            prefix = name + '/'
+            hook.load_state_arrays({key[len(prefix):]: array for key, array in
+                                    (arrays or {}).items() if key.startswith(prefix)})
 
 
 def provenance():

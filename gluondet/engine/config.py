@@ -152,6 +152,13 @@ class TrainConfig:
         task with ``batch_images``. 0: none.
     tb_images_interval : int
         Steps between the batches shown; 0: the first batch of every epoch (TAO's).
+    ema : bool
+        Keep an exponential moving average of the weights (`ema`; TAO's ``model_ema``):
+        validation, the best and saved ``.params`` files use it; training goes on with the
+        trained weights. Its state is in the checkpoint.
+    ema_decay : float
+        The model EMA's decay, in (0, 1), reached after a ramp ``(1 + n) / (10 + n)`` over the
+        steps ``n``: the average spans about the last ``1 / (1 - ema_decay)`` steps.
     """
 
     gpus: str = ''
@@ -202,6 +209,8 @@ class TrainConfig:
     early_stop_patience: int = 5
     tb_images: int = 0
     tb_images_interval: int = 0
+    ema: bool = False
+    ema_decay: float = 0.9998
 
     def __post_init__(self):
         object.__setattr__(self, 'lr_decay_epoch', _epoch_list(self.lr_decay_epoch))
@@ -341,6 +350,7 @@ def _check_values(cfg):
         (cfg.tb_images_interval >= 0, 'tb_images_interval must be >= 0 (0: every epoch)',
          cfg.tb_images_interval),
         (not cfg.tb_images or cfg.logdir, 'tb_images needs a TensorBoard logdir', cfg.logdir),
+        (0 < cfg.ema_decay < 1, 'ema_decay must be in (0, 1)', cfg.ema_decay),
     ]
     for ok, message, value in checks:
         if not ok:

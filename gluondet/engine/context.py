@@ -132,23 +132,38 @@ def local_runtime(config):
                    kv_store='device' if config.kv_store.startswith('dist') else config.kv_store)
 
 
+#: Name endings of BatchNorm's running statistics (MXNet's and GluonCV's layers).
+STATISTICS = ('running_mean', 'running_var', 'moving_mean', 'moving_var')
+
+
+def is_statistic(name):
+    """Whether the parameter named ``name`` is a BatchNorm running mean or variance."""
+    return name.endswith(STATISTICS)
+
+
 def average_statistics(runtime, net):
     """Set BatchNorm's running mean and variance to their mean over the processes (the
     trainers keep only the trained parameters equal). Every process calls it."""
     if runtime.world_size == 1 or not runtime.synchronous:
         return
     stats = [p for name, p in sorted(net.collect_params().items())
-             if name.endswith(('running_mean', 'running_var', 'moving_mean', 'moving_var'))
-             and p._data is not None]
-    if not stats:
-        return
-    arrays = runtime.allreduce([p.data(runtime.ctx[0]).copy() for p in stats])
+             if is_statistic(name) and p._data is not None]
+    means = average_over_processes(runtime, [p.data(runtime.ctx[0]) for p in stats])
+    for param, mean in zip(stats, means):
+        param.set_data(mean)
+
+
+def average_over_processes(runtime, arrays):
+    """Copies of ``arrays`` averaged over the synchronous processes; ``arrays`` itself in one
+    process or with dist_async, whose workers' weights differ. Every process calls it."""
+    if runtime.world_size == 1 or not runtime.synchronous or not arrays:
+        return arrays
+    summed = runtime.allreduce([a.copy() for a in arrays])
     # Horovod's sum runs in the background: a process that exits right after (a stopped run
     # checkpoints, and only rank 0 writes) would shut Horovod down under the others' sum
-    for summed in arrays:
-        summed.wait_to_read()
-    for param, summed in zip(stats, arrays):
-        param.set_data(summed / runtime.world_size)
+    for array in summed:
+        array.wait_to_read()
+    return [array / runtime.world_size for array in summed]
 
 
 def optimizer_params(config):

@@ -2,7 +2,9 @@
 
 A hook sees the loop as ``self.loop`` (set when the loop is built) and may
 keep state for resume through ``state_dict`` / ``load_state_dict`` (JSON-ready
-dicts stored in the checkpoint manifest under the hook's class name).
+dicts stored in the checkpoint manifest under the hook's class name) and, for arrays,
+``state_arrays`` / ``load_state_arrays`` (NDArrays stored in the checkpoint's ``.states``
+file as ``'<class name>/<key>'``).
 """
 
 
@@ -38,3 +40,11 @@ class HookBase:
 
     def load_state_dict(self, state):
         pass
+
+    def state_arrays(self):
+        """``{key: NDArray}`` to checkpoint beside ``state_dict``."""
+        return {}
+
+    def load_state_arrays(self, arrays):
+        """The ``state_arrays`` of the checkpoint (called after ``load_state_dict``, only
+        when the checkpoint holds this hook's state)."""

@@ -12,6 +12,7 @@ from .checkpoint import save_params
 from .curves import CurvesHook
 from .data import seed_step
 from .early_stopping import EarlyStoppingHook
+from .ema import EMAHook
 from .hookbase import HookBase
 from .signals import SignalHook
 
@@ -28,6 +29,10 @@ def default_hooks(task, config, schedule, checkpointer, reporter):
     if config.stop_on_nonfinite:
         # First after a step: a non-finite step is neither logged as usual nor checkpointed.
         hooks.append(NonFiniteHook(checkpointer, reporter))
+    if config.ema:
+        # After the non-finite check (a NaN step stops before it is averaged), before the
+        # checkpoint and the validation of the step, which read the average.
+        hooks.append(EMAHook(config.ema_decay))
     hooks.append(LoggingHook(reporter, config))
     if config.tb_images:
         hooks.append(BatchImagesHook(reporter, config.tb_images, config.tb_images_interval))
@@ -198,7 +203,8 @@ class ValidationHook(HookBase):
     ``{save_prefix}_best.params`` and appends to ``{save_prefix}_best_map.log``;
     every ``save_interval``-th epoch it writes
     ``{save_prefix}_{epoch:04d}_{metric:.4f}.params``. Each params file gets a
-    ``.json`` beside it (meta, epoch, metrics, config). Then the checkpoint
+    ``.json`` beside it (meta, epoch, metrics, config). With the model EMA (``config.ema``)
+    the averaged weights are validated and saved (`TrainLoop.evaluated_weights`). Then the checkpoint
     manifest is rewritten so the new best survives a resume, and the net is
     hybridized again (``validate`` may have re-hybridized it for inference).
     """
@@ -254,7 +260,9 @@ class ValidationHook(HookBase):
         loop, runtime = self.loop, self.loop.runtime
         loop.sync_statistics()
         runtime.beat('validation after epoch %d, iteration %d' % (epoch, loop.state.iteration))
-        with loop.interruptible():
+        # the averaged weights (model EMA) while validating and saving params files; the
+        # trained ones back before a signal's checkpoint (interruptible) and the next step
+        with loop.interruptible(), loop.evaluated_weights():
             if runtime.world_size == 1:
                 metrics = self.task.validate(loop.net, list(runtime.ctx))
             elif runtime.synchronous:    # every process validates its share
@@ -267,7 +275,8 @@ class ValidationHook(HookBase):
         loop.state.metrics = metrics
         self.reporter.validation(epoch, loop.state.iteration, metrics)
         if loop.runtime.is_main:
-            self._save_params(epoch, metrics)
+            with loop.evaluated_weights():
+                self._save_params(epoch, metrics)
         self.validated_epoch, self._validated_at = epoch, loop.state.iteration
         for hook in loop.hooks:
             getattr(hook, 'after_validation', lambda *args: None)(epoch, metrics)

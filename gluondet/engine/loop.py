@@ -120,6 +120,8 @@ class TrainLoop:
         once per step: the checkpoints and the validation of one position share it."""
         if self._statistics_synced_at != self.state.iteration:
             average_statistics(self.runtime, self.net)
+            for hook in self.hooks:     # copies of the statistics (the model EMA's)
+                getattr(hook, 'average_statistics', lambda: None)()
             self._statistics_synced_at = self.state.iteration
 
     def done(self):
@@ -133,6 +135,15 @@ class TrainLoop:
         for hook in self.hooks:
             if hasattr(hook, 'interruptible'):
                 return hook.interruptible()
+        return contextlib.nullcontext()
+
+    def evaluated_weights(self):
+        """A context in which the net holds the weights that are validated and saved as
+        ``.params``: the model EMA's (`ema.EMAHook.applied`), or without one the trained
+        weights (a plain block)."""
+        for hook in self.hooks:
+            if hasattr(hook, 'applied'):
+                return hook.applied()
         return contextlib.nullcontext()
 
     def request_stop(self, reason):

@@ -163,6 +163,12 @@ def add_training_args(parser, warmup_unit='epochs', batch_per_device=0, mixup=Fa
     add('--early-stop-patience', type=int,
         help='early stopping: stop at this many checks (validations, or epochs for a loss) '
              'in a row without improvement')
+    add('--ema', action='store_true',
+        help="model EMA (TAO's model_ema): validate and save the .params of an exponential "
+             'moving average of the weights; training goes on with the trained ones')
+    add('--ema-decay', type=float,
+        help='the model EMA\'s decay, reached after a ramp (1 + n) / (10 + n) over the steps n: '
+             'the average spans about the last 1 / (1 - decay) steps')
     add('--no-hybridize', '--disable-hybridization', dest='hybridize', action='store_false',
         help='run imperatively')
     add('--no-pretrained-base', dest='pretrained_base', action='store_false',
