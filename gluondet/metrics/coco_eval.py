@@ -101,7 +101,7 @@ class GroundTruth:
         try:
             self.boxes = np.array([a['bbox'] for a in anns], dtype=np.float64).reshape(-1, 4)
             self.area = np.array([a['area'] for a in anns], dtype=np.float64)
-        except (KeyError, ValueError, TypeError):
+        except (KeyError, ValueError, TypeError, OverflowError):
             raise ValueError('%s: every annotation needs "bbox" [x, y, w, h] and "area" '
                              '(first bad: %r)' % (source, _first_bad(anns))) from None
         if not (np.isfinite(self.boxes).all() and np.isfinite(self.area).all()):
@@ -243,7 +243,7 @@ def detection_columns(detections):
             columns = [object_array(list(detections[key])) for key in ('image_id', 'category_id')]
             columns += [np.asarray(detections['bbox'], np.float64).reshape(-1, 4),
                         np.asarray(detections['score'], np.float64).reshape(-1)]
-        except (KeyError, TypeError, ValueError):
+        except (KeyError, TypeError, ValueError, OverflowError):
             raise ValueError('detections: a dict of the columns image_id, category_id, bbox '
                              '(N x 4) and score (N)') from None
         if len({len(column) for column in columns}) != 1:
