@@ -8,6 +8,7 @@ from numbers import Number
 import numpy as np
 
 from ..bbox import bbox_xywh_to_xyxy, bbox_xyxy_to_xywh
+from ..coco_ids import is_id, other_type, sort_key
 from ..optional import require
 from .base import DatasetError, DetectionDataset, Record, empty_label, safe_join
 
@@ -69,24 +70,6 @@ def _is_number(value):
         return math.isfinite(value)
     except OverflowError:
         return False
-
-
-def _is_id(value):
-    """An int or str id, as COCO's (bools, floats, lists, dicts and null are not)."""
-    return isinstance(value, (int, str)) and not isinstance(value, bool)
-
-
-def _other_type(image_id, ids):
-    """``' (images has it as the int 7)'`` when ``ids`` hold ``image_id`` as the other of int
-    and str, else ``''``: ids match by value and type, as in pycocotools."""
-    try:
-        other = str(image_id) if isinstance(image_id, int) else int(image_id)
-    except ValueError:
-        return ''
-    if other not in ids:
-        return ''
-    return ' (images has it as the %s %r: ids must be of one type)' % (
-        type(other).__name__, other)
 
 
 class COCODetection(DetectionDataset):
@@ -191,7 +174,7 @@ class COCODetection(DetectionDataset):
             if not isinstance(cat, dict) or not isinstance(cat.get('name'), str):
                 raise DatasetError(path, 'categories[%d]' % i, 'needs an id and a name',
                                    'bad_layout')
-            if not _is_id(cat.get('id')):
+            if not is_id(cat.get('id')):
                 raise DatasetError(path, 'categories[%d]/id' % i, 'missing or not an int or str, '
                                    'got %r' % (cat.get('id'),), 'bad_layout')
             if cat['id'] in categories:
@@ -220,13 +203,13 @@ class COCODetection(DetectionDataset):
                 raise DatasetError(path, 'annotations[%d]' % i, 'not a json object, got %r'
                                    % (ann,), 'bad_layout')
             # an annotation of no image can only be left out itself
-            if not _is_id(ann.get('image_id')):
+            if not is_id(ann.get('image_id')):
                 self._fail(DatasetError(path, 'annotations[%d]/image_id' % i, 'missing or not '
                                         'an int or str, got %r' % (ann.get('image_id'),),
                                         'bad_annotation'), box=True)
             elif ann['image_id'] not in ids:
                 self._fail(DatasetError(path, 'annotations[%d]/image_id' % i, 'no image has '
-                                        'the id %r%s' % (ann['image_id'], _other_type(
+                                        'the id %r%s' % (ann['image_id'], other_type(
                                             ann['image_id'], ids)), 'unknown_image'), box=True)
             else:
                 annotations[ann['image_id']].append((i, ann))
@@ -240,10 +223,10 @@ class COCODetection(DetectionDataset):
         return records
 
     def _image_key(self, index, entry):
-        if not isinstance(entry, dict) or not _is_id(entry.get('id')):
+        if not isinstance(entry, dict) or not is_id(entry.get('id')):
             raise DatasetError(self.annotation_file, 'images[%d]/id' % index,
                                'missing or not an int or str', 'bad_layout')
-        return (isinstance(entry['id'], str), entry['id'])
+        return sort_key(entry['id'])
 
     def _record(self, index, entry, annotations):
         """One Record, or None if the image is skipped."""
@@ -329,7 +312,7 @@ class COCODetection(DetectionDataset):
         if not (isinstance(bbox, list) and len(bbox) == 4 and all(_is_number(v) for v in bbox)):
             raise DatasetError(self.annotation_file, field + '/bbox', 'expected [x, y, w, h] '
                                'finite numbers, got %r' % (bbox,), 'bad_annotation')
-        if not _is_id(ann.get('category_id')) or ann['category_id'] not in self._category_names:
+        if not is_id(ann.get('category_id')) or ann['category_id'] not in self._category_names:
             raise DatasetError(self.annotation_file, field + '/category_id', 'no category with id '
                                '%r' % (ann.get('category_id'),), 'bad_annotation')
         if not _is_number(ann.get('area', 0)):
