@@ -7,7 +7,8 @@
 from . import faster_rcnn, retinanet, ssd, yolo3  # noqa: F401  (register the names)
 from .registry import (COCO_CLASSES, VOC_CLASSES, ModelInfo, get_model, get_model_info,
                        get_model_list, register_model)
+from .odtk import load_odtk
 from .ssd import SSD
 
 __all__ = ['get_model', 'get_model_list', 'get_model_info', 'register_model', 'ModelInfo',
-           'SSD', 'VOC_CLASSES', 'COCO_CLASSES']
+           'SSD', 'VOC_CLASSES', 'COCO_CLASSES', 'load_odtk']

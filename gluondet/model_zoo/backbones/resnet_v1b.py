@@ -148,7 +148,8 @@ class BottleneckV1b(_ResidualV1b):
 
 # depth -> (block, blocks per stage)
 _SPECS = {18: (BasicBlockV1b, (2, 2, 2, 2)), 34: (BasicBlockV1b, (3, 4, 6, 3)),
-          50: (BottleneckV1b, (3, 4, 6, 3)), 101: (BottleneckV1b, (3, 4, 23, 3))}
+          50: (BottleneckV1b, (3, 4, 6, 3)), 101: (BottleneckV1b, (3, 4, 23, 3)),
+          152: (BottleneckV1b, (3, 8, 36, 3))}
 
 
 class ResNetV1b(gluon.HybridBlock):
@@ -157,7 +158,7 @@ class ResNetV1b(gluon.HybridBlock):
     Parameters
     ----------
     num_layers : int
-        18, 34 (basic blocks), 50 or 101 (bottlenecks).
+        18, 34 (basic blocks), 50, 101 or 152 (bottlenecks).
     out_stages : tuple of int
         Stages (1-4, strides 4, 8, 16, 32) whose outputs are returned, increasing. The
         forward stops after the last of them; later layers are still built (and
