@@ -169,14 +169,12 @@ def test_tao_sample_maps_onto_the_retinanet_flags(tmp_path):
         epochs=1, num_workers=0, lr_mode='soft_start_annealing', lr=0.015, lr_min=4e-5,
         soft_start=0.1, annealing=0.3, regularizer='l1', reg_weight=2e-6, momentum=0.9,
         nesterov=True, pretrained_base=False, val_interval=1, resize=64, max_size=96,
-        lr_warmup=0,
+        lr_warmup=0, box_stds=[0.1, 0.1, 0.2, 0.2],
         class_mapping={'rbc': 'RBC', 'wbc': 'WBC', 'platelets': 'Platelets'},
         dataset='kitti', dataset_root='/links', train_split='training', val_split='val')
     assert t.evaluation == {'ap': '11point', 'batch_size': 2, 'iou_thresh': 0.5,
                             'nms': {'score_thresh': 0.01, 'nms_thresh': 0.6, 'post_nms': 200}}
-    assert t.warnings == ['%s:10: retinanet_config.variances: not supported: box offsets are '
-                          "coded with standard deviations 1 (ODTK's), not TAO's variances"
-                          % path]
+    assert t.warnings == []
     assert any(n.startswith('retinanet_config.scales: anchors of') for n in t.notes)
     # and every key is a flag of train_retinanet.py (those of other changes aside)
     schema = specs.Schema(specs.load_script('retinanet').build_parser())
@@ -190,27 +188,24 @@ def test_tao_typo_is_an_error_naming_the_line(tmp_path):
         tao.read_tao_spec(path)
 
 
-def test_tao_unsupported_fields_are_warned(tmp_path):
-    text = TAO_SAMPLE.replace('enable_qat: False', 'enable_qat: True\n  max_queue_size: 8\n'
+def test_tao_fields_that_leave_the_model_alone_are_warned(tmp_path):
+    text = TAO_SAMPLE.replace('enable_qat: False', 'enable_qat: False\n  max_queue_size: 8\n'
                               '  visualizer { enabled: true num_images: 3 '
                               'weight_histograms: true }\n  early_stopping { monitor: '
                               '"validation_loss" patience: 2 min_delta: 0.01 }')
-    text = text.replace('output_channel: 3', 'output_channel: 3\n  hue: 18 random_flip: 0.5\n'
-                        '  image_mean { key: "b" value: 103.9 }')
-    text = text.replace('sgd {\n      momentum: 0.9\n      nesterov: True\n    }',
-                        'adam { epsilon: 1e-7 }')
+    text = text.replace('output_channel: 3', 'output_channel: 3\n  random_flip: 0.5\n'
+                        '  image_mean { key: "b" value: 103.9 } image_mean { key: "g" value: '
+                        '116.8 } image_mean { key: "r" value: 123.7 }')
     path = _tao_spec(tmp_path, text=text)
     t = tao.translate(tao.read_tao_spec(path), path, '/links', results_dir='/r')
     named = sorted(w.split(': ')[1] for w in t.warnings)
-    assert named == ['augmentation_config.hue', 'augmentation_config.image_mean',
-                     'retinanet_config.variances', 'training_config.enable_qat',
-                     'training_config.max_queue_size', 'training_config.optimizer.adam',
+    assert named == ['training_config.max_queue_size',
                      'training_config.visualizer.weight_histograms']
     assert (t.flags['logdir'], t.flags['tb_images']) == ('/r/tensorboard', 3)
     assert (t.flags['early_stop_monitor'], t.flags['early_stop_patience'],
             t.flags['early_stop_min_delta']) == ('validation_loss', 2, pytest.approx(0.01))
-    line = next(w for w in t.warnings if 'enable_qat' in w)
-    assert line.startswith(path + ":20: ")
+    line = next(w for w in t.warnings if 'max_queue_size' in w)
+    assert line.startswith(path + ":21: ")
 
 
 @pytest.mark.parametrize('change, message', [
@@ -218,8 +213,8 @@ def test_tao_unsupported_fields_are_warned(tmp_path):
     (('arch: "resnet"', 'arch: "darknet"'), 'gluondet has no RetinaNet on arch darknet'),
     (('image_directory_path: "VAL/image_2"', 'tfrecords_path: "/r/val*"'),
      'must be of one kind'),
-    (('dataset_config {', 'dataset_config {\n  type: "coco"'),
-     'dataset_config.type coco'),
+    (('dataset_config {', 'dataset_config {\n  type: "voc"'),
+     'dataset_config.type voc'),
     (('learning_rate {', 'learning_rate {\n soft_start_cosine_annealing_schedule { '
       'max_learning_rate: 0.1 }'), 'are alternatives'),
 ])
@@ -460,7 +455,7 @@ def test_tao_sample_spec_trains_evaluates_prunes_retrains_exports(tmp_path, bccd
     results = str(tmp_path / 'results')
     assert gluondet_cli.main(['train', '-e', path, '-r', results, '-k', 'tlt_encode']) == 0
     out = capsys.readouterr()
-    assert '-k: ignored' in out.err and 'retinanet_config.variances: not supported' in out.err
+    assert '-k: ignored' in out.err and '--box-stds=0.1,0.1,0.2,0.2' in out.err
     assert 'final: AP/RBC=' in out.out
     with open(os.path.join(results, specs.RESOLVED_SPEC)) as f:
         resolved = json.load(f)

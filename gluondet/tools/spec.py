@@ -224,8 +224,8 @@ def is_tao_spec(path):
 def load_spec(path, results_dir=None, devices=None, make_data=True):
     """``(detector, flag values, translation or None)`` of a spec file.
 
-    A TAO spec is translated (`gluondet.tools.tao.translate`) with its KITTI data linked
-    under ``results_dir/tao_data`` (when ``make_data``); ``devices`` is the number of GPUs
+    A TAO spec is translated (`gluondet.tools.tao.translate`) with its KITTI or COCO data
+    linked under ``results_dir/tao_data`` (when ``make_data``); ``devices`` is the number of GPUs
     it trains on (``batch_size_per_gpu`` times it is the batch).
     """
     if not is_tao_spec(path):
@@ -236,8 +236,8 @@ def load_spec(path, results_dir=None, devices=None, make_data=True):
     data_dir = os.path.join(results_dir or '.', 'tao_data')
     translation = tao.translate(tao.read_tao_spec(path), path, os.path.abspath(data_dir),
                                 devices or 1, results_dir and os.path.abspath(results_dir))
-    if make_data and translation.data.get('kind') == 'kitti':
-        tao.link_kitti(translation, data_dir)
+    if make_data:
+        tao.link_data(translation, data_dir)
     return 'retinanet', dict(translation.flags), translation
 
 

@@ -77,8 +77,12 @@ def _spec_settings(path, command, data_dir=None):
             _note(command, 'warning: ' + line)
     if data_dir is None:
         return None, translation.evaluation
+    source = translation.data['val'][0]
     if translation.data['kind'] == 'rec':
         dataset = dict(dataset='rec', records=values['val_rec'])
+    elif translation.data['kind'] == 'coco':
+        dataset = dict(dataset='coco', annotation_file=source['annotation_file'],
+                       image_root=source['image_directory_path'])
     else:
         from . import tao
         tao.link_kitti(translation, os.path.join(data_dir, 'tao_data'))

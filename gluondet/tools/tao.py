@@ -20,7 +20,8 @@ import re
 
 from .prototxt import ProtoTextError, parse, validate
 
-__all__ = ['SCHEMA', 'TaoSpecError', 'Translation', 'read_tao_spec', 'translate', 'link_kitti']
+__all__ = ['SCHEMA', 'TaoSpecError', 'Translation', 'read_tao_spec', 'translate', 'link_data',
+           'link_kitti']
 
 SCHEMA = {
     'Experiment': {
@@ -106,6 +107,8 @@ NETWORKS = {'resnet': {18: 'resnet18_v1b', 34: 'resnet34_v1b', 50: 'resnet50_v1b
                        101: 'resnet101_v1b'},
             'mobilenet_v1': {None: 'mobilenet1.0'}}
 STRIDES = (8, 16, 32, 64, 128)      # P3-P7
+# ImageNet's mean in TAO's image_mean keys (0-255), which gluondet's normalization subtracts
+IMAGENET_MEAN = {'r': 123.675, 'g': 116.28, 'b': 103.53}
 
 
 class TaoSpecError(ProtoTextError):
@@ -234,10 +237,11 @@ def translate(spec, source='<spec>', data_dir='tao_data', devices=1, results_dir
         out.warnings.append('%s: %s' % (r.where(path), why))
 
     def unless(path, default, why):
-        """Warn when ``path`` is set to anything but gluondet's own behaviour ``default``."""
+        """Refuse ``path`` set to anything but gluondet's own behaviour ``default`` (it would
+        train another model than the spec says)."""
         value = r.get(path)
         if value is not None and value != default:
-            warn(path, why)
+            raise TaoSpecError(source, r.line(path), '%s: %s' % (path, why))
 
     if r.has('random_seed'):
         flags['seed'] = r.get('random_seed')
@@ -259,20 +263,32 @@ def translate(spec, source='<spec>', data_dir='tao_data', devices=1, results_dir
         flags['fpn_channels'] = flags['head_channels'] = r.get(c + 'feature_size')
     unless(c + 'two_boxes_for_ar1', False, 'not supported: one anchor per ratio and scale')
     unless(c + 'clip_boxes', False, 'not supported: anchors are not clipped to the image')
-    unless(c + 'pos_iou_thresh', 0.5, 'not supported: anchors match at IoU 0.5')
-    unless(c + 'neg_iou_thresh', 0.4, 'not supported: anchors under IoU 0.4 are background')
-    for field, why in (('variances', 'box offsets are coded with standard deviations 1 '
-                                     "(ODTK's), not TAO's variances"),
-                       ('steps', 'anchor steps are the pyramid strides 8 to 128'),
-                       ('offsets', 'anchors are centred on the cells'),
-                       ('mean_color', "images are normalized with ImageNet's mean and std")):
+    for field, flag in (('pos_iou_thresh', 'fg_iou'), ('neg_iou_thresh', 'bg_iou')):
         if r.has(c + field):
-            warn(c + field, 'not supported: ' + why)
+            flags[flag] = r.get(c + field)
+    if r.has(c + 'variances'):
+        variances = _floats(r.get(c + 'variances'), r, c + 'variances')
+        if len(variances) != 4 or min(variances) <= 0:
+            raise TaoSpecError(source, r.line(c + 'variances'), 'variances: 4 positive '
+                               'numbers (x, y, w, h), got %s' % variances)
+        flags['box_stds'] = variances
+    if r.has(c + 'steps'):
+        steps = _floats(r.get(c + 'steps'), r, c + 'steps')
+        if steps != list(STRIDES):
+            raise TaoSpecError(source, r.line(c + 'steps'), 'steps: not supported: anchors '
+                               'step by the pyramid strides 8, 16, 32, 64, 128, got %s' % steps)
+    if r.has(c + 'offsets'):
+        offsets = _floats(r.get(c + 'offsets'), r, c + 'offsets')
+        if any(v != 0.5 for v in offsets):
+            raise TaoSpecError(source, r.line(c + 'offsets'), 'offsets: not supported: anchors '
+                               'are centred on the cells (0.5), got %s' % offsets)
+    if r.has(c + 'mean_color'):
+        warn(c + 'mean_color', "not used (TAO's RetinaNet does not read it either)")
 
     _training(r, out, warn, unless, devices, results_dir)
     _evaluation(r, out, warn, unless)
     _augmentation(r, out, warn, unless)
-    _dataset(r, out, warn, unless, data_dir)
+    _dataset(r, out, warn, data_dir)
     w = 'class_weighting_config.'
     if r.has(w + 'class_weighting'):
         flags['class_weights'] = dict(r.get(w + 'class_weighting'))
@@ -309,8 +325,9 @@ def _anchors(r, out, warn):
         # TAO's ratio is width / height; gluondet's (GluonCV's) is height / width
         out.flags['anchor_ratios'] = [round(1.0 / v, 6) for v in ratios]
     if r.has(c + 'aspect_ratios'):
-        warn(c + 'aspect_ratios', 'not supported: one set of ratios for every level '
-             '(aspect_ratios_global)')
+        raise TaoSpecError(r.source, r.line(c + 'aspect_ratios'), 'aspect_ratios: not '
+                           'supported: one set of ratios for every level (give '
+                           'aspect_ratios_global)')
     if r.has(c + 'n_anchor_levels'):
         n = r.get(c + 'n_anchor_levels')
         if n < 1:
@@ -331,9 +348,9 @@ def _anchors(r, out, warn):
     a = 'augmentation_config.'
     side = min(r.message(a + 'output_width') or 0, r.message(a + 'output_height') or 0)
     if len(scales) < len(STRIDES) or min(scales[:len(STRIDES)]) <= 0 or side <= 0:
-        warn(c + ('scales' if r.has(c + 'scales') else 'min_scale'),
-             'not used: needs 5 positive scales and augmentation_config output sizes')
-        return
+        field = 'scales' if r.has(c + 'scales') else 'min_scale'
+        raise TaoSpecError(r.source, r.line(c + field), '%s: needs 5 positive scales and '
+                           'augmentation_config output_width and output_height' % field)
     # TAO: anchor side = scale x the input's shorter side per level; gluondet: anchor_base x
     # the level's stride. One anchor_base: the geometric mean of the levels' ratios.
     bases = [s * side / stride for s, stride in zip(scales, STRIDES)]
@@ -387,12 +404,15 @@ def _training(r, out, warn, unless, devices, results_dir):
             flags['nesterov'] = True
     for name in ('adam', 'rmsprop'):
         if r.has(o + name):
-            warn(o + name, 'not supported: gluondet trains with SGD (momentum 0.9)')
+            raise TaoSpecError(r.source, r.line(o + name), '%s: not supported: gluondet trains '
+                               'RetinaNet with SGD (give optimizer { sgd { momentum: 0.9 } })'
+                               % (o + name))
     if r.has(t + 'cost_scaling'):
         warn(t + 'cost_scaling', 'not supported: --amp scales the loss dynamically')
     unless(t + 'enable_qat', False, 'not supported: no quantization-aware training (export '
            '--precision int8 calibrates after training)')
-    unless(t + 'model_ema', False, 'not supported: no weight averaging')
+    if r.get(t + 'model_ema'):
+        flags['ema'] = True
     for field in ('max_queue_size', 'use_multiprocessing'):
         if r.has(t + field):
             warn(t + field, 'not used: the data loader has n_workers processes')
@@ -409,7 +429,8 @@ def _training(r, out, warn, unless, devices, results_dir):
             flags['tb_images'] = r.get(v + 'num_images')
     elif r.has(v + 'num_images'):
         warn(v + 'num_images', 'not used: the visualizer is not enabled')
-    unless(v + 'weight_histograms', False, 'not supported: TensorBoard gets scalars and images')
+    if r.get(v + 'weight_histograms'):
+        warn(v + 'weight_histograms', 'not supported: TensorBoard gets scalars and images')
     for field in ('wandb_config', 'clearml_config'):
         if r.has(v + field):
             warn(v + field, 'not supported: TensorBoard only')
@@ -422,9 +443,9 @@ def _weights(r, flags, warn):
         if path.lower().endswith('.params'):
             flags['fine_tune'], flags['pretrained_base'] = path, False
         else:
-            warn(t + 'pretrain_model_path', 'not readable (a Keras model); the backbone starts '
-                 "from gluondet's ImageNet weights instead")
-            flags['pretrained_base'] = True
+            raise TaoSpecError(r.source, r.line(t + 'pretrain_model_path'), 'pretrain_model_path'
+                               ': %s is not readable (a Keras model?): give a gluondet .params '
+                               "file, or leave it out to train from scratch" % path)
     else:
         flags['pretrained_base'] = False      # TAO without a pretrained model: from scratch
     if r.has(t + 'pruned_model_path'):
@@ -434,8 +455,9 @@ def _weights(r, flags, warn):
         if path.lower().endswith(('.json', '.params')) or path == 'auto':
             flags['resume'] = path
         else:
-            warn(t + 'resume_model_path', 'not readable: resume takes a gluondet checkpoint '
-                 "(.json), a .params file or 'auto'")
+            raise TaoSpecError(r.source, r.line(t + 'resume_model_path'), 'resume_model_path: '
+                               "%s is not readable: resume takes a gluondet checkpoint (.json), "
+                               "a .params file or 'auto'" % path)
 
 
 def _evaluation(r, out, warn, unless):
@@ -474,8 +496,9 @@ def _augmentation(r, out, warn, unless):
                          'side %d, longer at most %d (TAO resizes to exactly %dx%d)'
                          % (width, height, min(width, height), max(width, height), width, height))
     elif width or height:
-        warn(a + ('output_width' if width else 'output_height'),
-             'not used without the other output size')
+        field = 'output_width' if width else 'output_height'
+        raise TaoSpecError(r.source, r.line(a + field), '%s: give output_width and '
+                           'output_height together' % field)
     unless(a + 'output_channel', 3, 'not supported: gluondet reads RGB images (3 channels)')
     unless(a + 'random_flip', 0.5, 'not supported: training images are flipped with '
            'probability 0.5')
@@ -483,62 +506,129 @@ def _augmentation(r, out, warn, unless):
                   'random_crop_max_ar', 'zoom_out_min_scale', 'zoom_out_max_scale',
                   'brightness', 'contrast', 'saturation', 'hue'):
         if r.has(a + field):
-            warn(a + field, 'not supported: RetinaNet trains with resize and flip (or '
-                 'auto_augment)')
+            raise TaoSpecError(r.source, r.line(a + field), '%s: not supported: gluondet\'s '
+                               'RetinaNet trains with resize and flip (or -- --auto-augment); '
+                               'leave the field out to train so' % field)
     if r.has(a + 'image_mean'):
-        warn(a + 'image_mean', "not supported: images are normalized with ImageNet's mean and "
-             'std')
+        mean = dict(r.get(a + 'image_mean'))
+        if set(mean) != set(IMAGENET_MEAN) or any(
+                abs(mean[k] - v) > 1 for k, v in IMAGENET_MEAN.items()):
+            raise TaoSpecError(r.source, r.line(a + 'image_mean'), 'image_mean: not supported: '
+                               "gluondet's backbones take ImageNet's mean (r 123.7, g 116.3, "
+                               'b 103.5) and std, got %s' % mean)
 
 
-def _dataset(r, out, warn, unless, data_dir):
+# TAO's COCO data sources: the json in label_directory_path, by role (its CocoDataSequence)
+COCO_JSON = {'train': 'instances_train2017.json', 'val': 'instances_val2017.json'}
+
+
+def _dataset(r, out, warn, data_dir):
     d = 'dataset_config.'
-    kind = r.get(d + 'type')
-    if kind not in (None, '', 'kitti'):
-        raise TaoSpecError(r.source, r.line(d + 'type'), 'dataset_config.type %s: gluondet reads '
-                           'TAO specs with KITTI data or converted records; for COCO data write '
-                           'a gluondet spec (docs/tao.md)' % kind)
+    kind = r.get(d + 'type') or 'kitti'
+    if kind not in ('kitti', 'coco'):
+        raise TaoSpecError(r.source, r.line(d + 'type'), 'dataset_config.type %s: TAO\'s '
+                           'RetinaNet reads kitti or coco data' % kind)
     if r.has(d + 'target_class_mapping'):
-        out.flags['class_mapping'] = dict(r.get(d + 'target_class_mapping'))
-    unless(d + 'include_difficult_in_training', False, 'not supported: KITTI labels have no '
-           'difficult flag')
+        mapping = dict(r.get(d + 'target_class_mapping'))
+        if kind == 'kitti':
+            out.flags['class_mapping'] = mapping
+        elif any(key.lower() != value.lower() for key, value in mapping.items()):
+            raise TaoSpecError(r.source, r.line(d + 'target_class_mapping'),
+                               'target_class_mapping: COCO categories are classes by name: '
+                               'map each to itself (got %s)' % ', '.join(
+                                   '%s -> %s' % item for item in mapping.items()))
+        else:
+            out.flags['classes'] = list(dict.fromkeys(mapping.values()))
+    if r.get(d + 'include_difficult_in_training'):
+        warn(d + 'include_difficult_in_training', 'not used: KITTI and COCO labels have no '
+             'difficult flag')
     if r.has(d + 'validation_fold'):
         warn(d + 'validation_fold', 'not supported: give validation_data_sources')
-    train = r.get(d + 'data_sources') or []
-    val = r.get(d + 'validation_data_sources') or []
+    train = [_source(r, s, kind, 'train') for s in r.get(d + 'data_sources') or []]
+    val = [_source(r, s, kind, 'val') for s in r.get(d + 'validation_data_sources') or []]
     if not train:
         raise TaoSpecError(r.source, None, 'dataset_config.data_sources: no training data')
     if not val:
         out.warnings.append('%s: dataset_config: no validation_data_sources: validating on the '
                             'training data' % r.source)
         val = train
-    kinds = set()
-    for i, source in enumerate(train + val):
-        role = 'data_sources' if i < len(train) else 'validation_data_sources'
-        if source.get('root_path'):
-            warn(d + role + '.root_path', 'not supported: give absolute paths')
-        if source.get('tfrecords_path'):
-            kinds.add('rec')
-        elif source.get('image_directory_path') and source.get('label_directory_path'):
-            kinds.add('kitti')
-        else:
-            raise TaoSpecError(r.source, getattr(source, 'line', None), 'dataset_config.%s: '
-                               'give image_directory_path and label_directory_path (KITTI), '
-                               'or tfrecords_path (records of gluondet convert)' % role)
+    kinds = {source['kind'] for source in train + val}
     if len(kinds) > 1:
         raise TaoSpecError(r.source, None, 'dataset_config: the training and validation data '
-                           'must be of one kind: KITTI folders, or records converted by '
-                           'gluondet convert (convert the other part too)')
+                           'must be of one kind: %s folders, or records converted by gluondet '
+                           'convert (convert the other part too)' % kind.upper())
     out.data = {'kind': kinds.pop(), 'train': train, 'val': val}
-    if out.data['kind'] == 'rec':
-        for role, sources in (('train_rec', train), ('val_rec', val)):
-            if len(sources) > 1:
-                raise TaoSpecError(r.source, getattr(sources[1], 'line', None),
-                                   'one tfrecords_path (a glob of shards) per role')
-            out.flags[role] = sources[0]['tfrecords_path']
-        out.flags['dataset'] = 'rec'
-    else:
+    if out.data['kind'] == 'kitti':
         out.flags['dataset'], out.flags['dataset_root'] = 'kitti', data_dir
         out.flags['train_split'], out.flags['val_split'] = 'training', 'val'
+        return
+    for role, sources in (('train', train), ('val', val)):
+        if len(sources) > 1:
+            raise TaoSpecError(r.source, sources[1]['line'], 'one %s per role' % (
+                'tfrecords_path (a glob of shards)' if out.data['kind'] == 'rec' else
+                'COCO data source (one json)'))
+        if out.data['kind'] == 'rec':
+            out.flags[role + '_rec'] = sources[0]['tfrecords_path']
+    if out.data['kind'] == 'rec':
+        out.flags['dataset'] = 'rec'
+    else:       # link_data makes GluonCV's COCO layout of the two sources
+        out.flags['dataset'], out.flags['dataset_root'] = 'coco', data_dir
+        out.flags['train_split'], out.flags['val_split'] = 'training', 'val'
+
+
+def _source(r, source, kind, role):
+    """A data source as ``{'kind', 'line', paths}``: ``root_path`` joined to its paths (as
+    TAO joins it), a COCO source's json in ``annotation_file``."""
+    line = getattr(source, 'line', None)
+    root = source.get('root_path') or ''
+    paths = {key: os.path.join(root, os.path.expanduser(source[key])) for key in (
+        'image_directory_path', 'label_directory_path', 'tfrecords_path') if source.get(key)}
+    field = 'dataset_config.%s' % ('data_sources' if role == 'train' else
+                                   'validation_data_sources')
+    if 'tfrecords_path' in paths:
+        return dict(paths, kind='rec', line=line)
+    if len(paths) != 2:
+        raise TaoSpecError(r.source, line, '%s: give image_directory_path and '
+                           'label_directory_path (%s), or tfrecords_path (records of gluondet '
+                           'convert)' % (field, 'KITTI label files' if kind == 'kitti' else
+                                         'the folder of the COCO json'))
+    if kind == 'coco':
+        labels = paths['label_directory_path']
+        paths['annotation_file'] = labels if labels.lower().endswith('.json') else \
+            os.path.join(labels, COCO_JSON[role])
+    return dict(paths, kind=kind, line=line)
+
+
+def link_data(translation, data_dir):
+    """Make the data folders of a translation's KITTI or COCO sources under ``data_dir``, with
+    symbolic links (records need none): `link_kitti`, or GluonCV's COCO layout
+    ``annotations/{training,val}.json`` with the images in ``training/`` and ``val/``. Links
+    made by an earlier call are replaced; the data is left alone."""
+    kind = translation.data.get('kind')
+    if kind == 'kitti':
+        link_kitti(translation, data_dir)
+    elif kind == 'coco':
+        annotations = os.path.join(data_dir, 'annotations')
+        os.makedirs(annotations, exist_ok=True)
+        for split, role in (('training', 'train'), ('val', 'val')):
+            source = translation.data[role][0]
+            for path, link in ((source['annotation_file'], os.path.join(annotations,
+                                                                        split + '.json')),
+                               (source['image_directory_path'], os.path.join(data_dir, split))):
+                if not os.path.exists(path):
+                    raise FileNotFoundError('no such %s: %s (dataset_config)' % (
+                        'file' if path.endswith('.json') else 'folder', path))
+                _remove(link)
+                os.symlink(os.path.abspath(path), link)
+
+
+def _remove(path):
+    """Remove a link, or a folder of links (`shutil.rmtree` does not follow links)."""
+    import shutil
+    if os.path.islink(path):
+        os.remove(path)
+    elif os.path.isdir(path):
+        shutil.rmtree(path)
 
 
 def link_kitti(translation, data_dir):
@@ -546,12 +636,10 @@ def link_kitti(translation, data_dir):
     ``label_2``) of the translation's data sources, with symbolic links: a folder link for
     one source, a link per file for several (their file stems must differ). Links made by
     an earlier call are replaced."""
-    import shutil
     for split, sources in (('training', translation.data['train']),
                            ('val', translation.data['val'])):
         folder = os.path.join(data_dir, split)
-        if os.path.isdir(folder):
-            shutil.rmtree(folder)       # links only (rmtree does not follow them)
+        _remove(folder)
         os.makedirs(folder)
         pairs = [(os.path.abspath(os.path.expanduser(s['image_directory_path'])),
                   os.path.abspath(os.path.expanduser(s['label_directory_path'])))

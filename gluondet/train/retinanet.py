@@ -52,6 +52,14 @@ def _floats(text):
     return values
 
 
+def _stds(text):
+    values = _floats(text)
+    if len(values) != 4:
+        raise argparse.ArgumentTypeError('expected 4 positive numbers like 0.1,0.1,0.2,0.2, got '
+                                         '%r' % text)
+    return values
+
+
 def _ints(text):
     try:
         return tuple(int(v) for v in text.split(',') if v.strip())
@@ -119,6 +127,14 @@ def build_parser():
         help='anchor aspect ratios, height/width (unset: 0.5,1,2)')
     add('--anchor-base', type=float, default=None,
         help='anchor size per stride at scale 1 (unset: 4, the paper\'s)')
+    add('--fg-iou', type=float, default=0.5,
+        help="anchors of IoU >= this with an object learn it (TAO's pos_iou_thresh)")
+    add('--bg-iou', type=float, default=0.4,
+        help="anchors of IoU < this with every object are background; those between are "
+             "ignored (TAO's neg_iou_thresh)")
+    add('--box-stds', type=_stds, default=None,
+        help="divisors of the box offsets x, y, log w, log h (TAO's variances, e.g. "
+             "0.1,0.1,0.2,0.2; unset: 1,1,1,1 as ODTK and torchvision)")
     add('--fpn-channels', type=int, default=None, help='channels of the pyramid (unset: 256)')
     add('--head-channels', type=int, default=None,
         help='channels of the class and box heads (unset: 256)')
@@ -184,6 +200,7 @@ def model_kwargs(args, from_scratch=False):
     """The network arguments the flags set (the heads' by `head_flags`)."""
     heads, _ = head_flags(args, from_scratch)
     given = {'scales': args.anchor_scales, 'ratios': args.anchor_ratios,
+             'stds': args.box_stds,
              'anchor_base': args.anchor_base, 'fpn_channels': args.fpn_channels,
              'head_channels': args.head_channels, 'head_layers': args.head_layers,
              'head_norm': None if heads['head_norm'] == 'none' else heads['head_norm'],
@@ -237,6 +254,9 @@ def main(argv=None):
     name = network_name(args)
     if args.freeze_blocks and not args.network.startswith('resnet'):
         raise UserError('--freeze-blocks needs a ResNet backbone, not %s' % args.network)
+    if not 0 < args.bg_iou <= args.fg_iou <= 1:
+        raise UserError('--bg-iou %g and --fg-iou %g: expected 0 < bg <= fg <= 1'
+                        % (args.bg_iou, args.fg_iou))
     if args.dali and args.auto_augment:
         raise UserError('--dali does not run --auto-augment; leave one of them out')
     resolved, defaults_used = config.dataset_defaults(args, DATASET_DEFAULTS, fallback='coco',
@@ -257,7 +277,8 @@ def main(argv=None):
         task = RetinaNetTask(
             name, train_dataset, val_dataset, short=short, max_size=args.max_size,
             pretrained_base=args.pretrained_base, num_workers=args.num_workers,
-            model_kwargs=model_kwargs(args, scratch), focal_alpha=args.focal_alpha,
+            model_kwargs=model_kwargs(args, scratch), fg_iou=args.fg_iou, bg_iou=args.bg_iou,
+            focal_alpha=args.focal_alpha,
             focal_gamma=args.focal_gamma, loc_weight=args.loss_loc_weight,
             box_rho=0 if args.box_loss == 'l1' else args.smoothl1_beta,
             class_weights=weights_of(train_dataset.classes, args.class_weights),
