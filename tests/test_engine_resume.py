@@ -6,6 +6,7 @@ import os
 import signal
 
 import pytest
+from mxnet import nd
 
 from gluondet.engine import TrainConfig, read_manifest
 from gluondet.engine.testing import check_resume, train
@@ -63,3 +64,22 @@ def test_stopped_and_resumed_run_equals_the_straight_run(tmp_path, straight, kil
         (r['type'], r['iteration']) for r in expected]
     for a, b in zip(resumed, expected):
         assert _values(a) == pytest.approx(_values(b), abs=1e-6)
+
+
+def test_a_killed_run_with_model_ema_resumes_to_the_straight_runs_average(tmp_path):
+    """kill -9 in epoch 2 with ``ema``: the averaged weights, in the checkpoint's states file,
+    equal the straight run's bit for bit, as the trained ones and the optimizer states do."""
+    config = dataclasses.replace(CONFIG, ema=True, ema_decay=0.9)
+    report = check_resume(FACTORY, config, str(tmp_path), kill_signal=signal.SIGKILL,
+                          pythonpath=[HERE])
+    assert report['resumed_from'] == 10
+    assert report['params_diff'] == 0 and report['states_diff'] == 0
+    runs = {}
+    for name in ('straight', 'resumed'):
+        manifest = read_manifest(str(tmp_path / name / 'run_last.json'))
+        assert manifest['hooks']['EMAHook'] == {'updates': 16}
+        runs[name] = {k: v for k, v in nd.load(str(tmp_path / name / manifest['states'])).items()
+                      if k.startswith('EMAHook/')}
+    assert len(runs['resumed']) == 8 and sorted(runs['resumed']) == sorted(runs['straight'])
+    for key, value in runs['straight'].items():
+        assert (runs['resumed'][key] == value).min().asscalar() == 1, key

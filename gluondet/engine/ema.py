@@ -22,11 +22,12 @@ Every parameter that trains, and BatchNorm's running mean and variance (`context
 even where they are frozen, as Ultralytics and timm do: statistics gathered under the
 weights of the last steps belong to their average. The other frozen parameters
 (``grad_req='null'``, `params.trainable_params`) never change, so the net's own values are
-their average: they are not copied. The average is float32 (also of float16 weights), on the
-first device; the weights are equal on all devices and, with several synchronous processes,
-on all processes; BatchNorm's statistics are not, so the average's are averaged over the
-processes where the net's are (`TrainLoop.sync_statistics`), which, the average being linear,
-makes it the average of the processes' mean statistics.
+their average: they are not copied. The average is float32 (also of float16 weights), on
+the first device. The trained weights are equal on all devices and all synchronous processes;
+BatchNorm's statistics are not: the average takes their mean over the devices (as
+``save_parameters`` writes them), and its own are averaged over the processes where the net's
+are (`TrainLoop.sync_statistics`), which, the average being linear, makes it the average of
+the processes' mean statistics: the same on every process.
 
 Its state (the step count and the arrays) is in the checkpoint; a run resumed from a
 checkpoint without it (written without ``ema``, or a weights-only ``.params`` resume) starts
@@ -34,6 +35,8 @@ the average from the weights after its first step.
 """
 import contextlib
 import logging
+
+from mxnet import nd
 
 from .checkpoint import CheckpointError
 from .context import average_over_processes, is_statistic
@@ -74,7 +77,7 @@ class EMAHook(HookBase):
     def after_step(self):
         params = self._params()
         if self.averages is None:
-            self.averages = {name: self._weights(p).astype('float32')
+            self.averages = {name: self._weights(name, p).astype('float32')
                              for name, p in params.items()}
             self.updates = 1
             return
@@ -82,7 +85,7 @@ class EMAHook(HookBase):
         rate = 1.0 - ema_decay(self.decay, self.updates)
         for name, param in params.items():
             average = self.averages[name]
-            average += (self._weights(param).astype('float32', copy=False) - average) * rate
+            average += (self._weights(name, param).astype('float32', copy=False) - average) * rate
 
     def after_train(self):
         # a run that ended (its epochs, max_iters, early stopping) leaves the average in the
@@ -130,10 +133,12 @@ class EMAHook(HookBase):
     def load_state_arrays(self, arrays):
         expected = set(self._params())
         if arrays and set(arrays) != expected:
-            differ = sorted(set(arrays) ^ expected)
-            raise CheckpointError('the checkpoint\'s EMA averages other parameters than this '
-                                  'run trains (%d differ: %s)' % (len(differ),
-                                                                  ', '.join(differ[:5])))
+            parts = [what % (len(names), ', '.join(sorted(names)[:5])) for what, names in (
+                ('it lacks the average of %d parameters of this run (%s)', expected - set(arrays)),
+                ('it averages %d parameters this run does not (%s)', set(arrays) - expected))
+                if names]
+            raise CheckpointError("the checkpoint's model EMA does not fit the net: %s"
+                                  % '; '.join(parts))
         ctx = self.loop.runtime.ctx[0]
         self.averages = {name: array.as_in_context(ctx) for name, array in arrays.items()} or None
 
@@ -147,8 +152,14 @@ class EMAHook(HookBase):
                     seen.add(id(param))
         return self._tracked
 
-    def _weights(self, param):
-        return param.data(self.loop.runtime.ctx[0])
+    def _weights(self, name, param):
+        """``param`` on the first device; statistics, which each device gathers from its part
+        of the batch, as their mean over the devices (as ``save_parameters`` writes them)."""
+        data = param.list_data()
+        first = self.loop.runtime.ctx[0]
+        if len(data) == 1 or not is_statistic(name):
+            return param.data(first)
+        return nd.add_n(*[d.as_in_context(first) for d in data]) / len(data)
 
     def _write(self, params):
         for name, param in params.items():
