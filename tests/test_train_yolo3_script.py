@@ -1,6 +1,7 @@
 """scripts/train_yolo3.py: GluonCV's train_yolo3.py flags and defaults, the refusals, an
 epoch of the demo data as a user runs it (multi-scale, mixup, resume), and a kill -9 resume
 that ends where the straight run does."""
+import dataclasses
 import json
 import os
 import signal
@@ -9,7 +10,7 @@ import pytest
 
 from gluondet import cli as gluondet_cli
 from gluondet.data import DemoDetection
-from gluondet.engine import TrainConfig
+from gluondet.engine import TrainConfig, read_manifest
 from gluondet.engine.testing import check_resume
 from gluondet.errors import UserError
 from gluondet.tasks import YOLO3Task
@@ -121,7 +122,11 @@ RESUME_CONFIG = TrainConfig(batch_size=2, num_workers=0, epochs=2, lr=0.005, war
 
 
 def test_yolo3_resume_after_kill_9_equals_the_straight_run(tmp_path):
-    report = check_resume('test_train_yolo3_script:make_task', RESUME_CONFIG, str(tmp_path),
+    """With the model EMA, whose averaged weights are in the checkpoint's states file."""
+    config = dataclasses.replace(RESUME_CONFIG, ema=True, ema_decay=0.9)
+    report = check_resume('test_train_yolo3_script:make_task', config, str(tmp_path),
                           kill_signal=signal.SIGKILL, pythonpath=[HERE])
     assert (report['paused_at'], report['resumed_from']) == (6, 5)
     assert report['params_diff'] <= 1e-6 and report['states_diff'] <= 1e-6
+    assert read_manifest(str(tmp_path / 'resumed' / 'run_last.json'))['hooks']['EMAHook'] == {
+        'updates': 8}
