@@ -10,9 +10,11 @@ naming the line and the closest field.
 
 `translate` maps the fields onto the flags of ``scripts/train_retinanet.py`` (the keys of a
 gluondet spec, `gluondet.tools.spec`), the evaluation settings (`Translation.evaluation`) and
-the data (KITTI image and label folders, or records). Every field that is written in the spec
-is either used or named in a warning: the translator marks the fields it reads, and whatever
-is left over is reported. docs/tao.md has the table.
+the data (KITTI image and label folders, COCO json and images, or records). Every field that
+is written in the spec is used, refused or warned: one that would train another model than
+the spec says is a `TaoSpecError` naming its line, one that leaves the model alone a warning;
+the translator marks the fields it reads, and whatever is left over is reported.
+docs/tao.md has the table.
 """
 import math
 import os
@@ -137,7 +139,9 @@ class Translation:
         ``ap`` ('11point' or 'area'), ``iou_thresh``, ``batch_size``, ``nms``
         (``score_thresh``, ``nms_thresh``, ``post_nms``), those the spec sets.
     data : dict
-        ``kind`` ('kitti' or 'rec'), ``train`` and ``val`` lists of `DataSource` messages.
+        ``kind`` ('kitti', 'coco' or 'rec'), ``train`` and ``val`` lists of data sources
+        (dicts of their paths, ``root_path`` joined; a COCO source's json in
+        ``annotation_file``), linked for training by `link_data`.
     """
 
     def __init__(self):
@@ -218,7 +222,7 @@ def translate(spec, source='<spec>', data_dir='tao_data', devices=1, results_dir
     source : str
         The file, for messages.
     data_dir : str
-        Where `link_kitti` puts the KITTI folders of the data sources (``--dataset-root``).
+        Where `link_data` puts the KITTI or COCO folders of the data sources (``--dataset-root``).
     devices : int
         GPUs the training runs on (1 on the CPU): ``batch_size_per_gpu`` times this is
         ``--batch-size``.
