@@ -246,3 +246,19 @@ def test_a_coco_spec_trains_evaluates_and_infers(tmp_path, bccd_root, capsys):
                               os.path.join(bccd_root, 'BCCD', 'JPEGImages',
                                            'BloodImage_00000.jpg'), '-o', drawn]) == 0
     assert os.path.isfile(os.path.join(drawn, 'detections.json'))
+
+
+def test_records_converted_from_coco_train_with_either_type(tmp_path):
+    """TAO's coco_tfrecords sample: type coco with tfrecords_path (here records of gluondet
+    convert, from a COCO json or any other data) trains on the records."""
+    for kind in ('coco', 'kitti'):
+        text = TAO_SAMPLE.replace('dataset_config {', 'dataset_config {\n  type: "%s"' % kind)
+        text = text.replace('image_directory_path: "TRAIN/image_2"\n    label_directory_path: '
+                            '"TRAIN/label_2"', 'tfrecords_path: "/recs/train*"')
+        text = text.replace('image_directory_path: "VAL/image_2"\n    label_directory_path: '
+                            '"VAL/label_2"', 'tfrecords_path: "/recs/val*"')
+        path = _tao_spec(tmp_path, text=text.replace('value: "RBC"', 'value: "rbc"').replace(
+            'value: "WBC"', 'value: "wbc"').replace('value: "Platelets"', 'value: "platelets"'))
+        flags = tao.translate(tao.read_tao_spec(path), path).flags
+        assert (flags['dataset'], flags['train_rec'], flags['val_rec']) == (
+            'rec', '/recs/train*', '/recs/val*'), kind
