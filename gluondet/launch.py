@@ -4,7 +4,8 @@ MXNet's own ``tools/launch.py`` fails on Python 3.11 (``Thread.isAlive``) and ad
 non-loopback address on one machine. This starts the scheduler, the servers (both MXNet's
 ``kvstore_server`` module in ``python -c``) and the workers (the user's command), here or
 over ssh on the hosts of a host file, and ends them all as soon as one fails: a killed
-worker would otherwise leave the others waiting for it for ever.
+worker would otherwise leave the others waiting for it for ever. Before a job on hosts starts,
+each host must run a command over ssh: an unreachable host or a refused login is one line.
 """
 import argparse
 import os
@@ -27,6 +28,10 @@ SERVER_COMMAND = [sys.executable, '-c', (
     "from mxnet.kvstore import kvstore_server; kvstore_server._init_kvstore_server_module()")]
 POLL_SECONDS = 0.2
 GRACE_SECONDS = 10     # for the servers to finish after the workers, and for a stop
+SSH_CHECK_SECONDS = 15     # for each host to answer the check before the job starts
+# Variables of this environment that the processes started over ssh get too (the local ones
+# inherit all of it): MXNet's, its parameter server's, OpenMP's, NCCL's and gluondet's own.
+FORWARDED_PREFIXES = ('DMLC_', 'PS_', 'MXNET_', 'OMP_', 'KMP_', 'NCCL_', 'GLUONDET_')
 
 
 def free_port(host='127.0.0.1'):
@@ -52,15 +57,20 @@ def read_hostfile(path):
 def local_address(towards):
     """This machine's address on the route to ``towards`` (the scheduler's, for the hosts)."""
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-        sock.connect((towards, 9))
+        try:
+            sock.connect((towards, 9))
+        except OSError as err:
+            raise ValueError('cannot reach host %s from here: %s' % (towards, err.strerror)) \
+                from None
         return sock.getsockname()[0]
 
 
 def plan(command, workers, servers, hosts=None, port=None, scheduler_host=None,
-         ssh_port=22, cwd=None):
+         ssh_port=22, cwd=None, environ=os.environ):
     """The processes of the job: a list of ``(name, argv, env)``; ``env`` holds only what
     is added to this environment. Without ``hosts`` everything runs here on loopback; with
-    them, servers and workers are spread over the hosts in turn and started with ssh."""
+    them, servers and workers are spread over the hosts in turn and started with ssh, with
+    the variables of ``environ`` named by `FORWARDED_PREFIXES`."""
     if workers < 1 or servers < 1:
         raise ValueError('need at least one worker and one server, got -n %d -s %d'
                          % (workers, servers))
@@ -95,18 +105,48 @@ def plan(command, workers, servers, hosts=None, port=None, scheduler_host=None,
         if env['DMLC_ROLE'] == 'worker':
             env['GLUONDET_LOCAL_SIZE'] = str(placed[host])
         if host is not None:
-            argv = ssh_command(host, argv, env, ssh_port, cwd or os.getcwd())
+            forwarded = {k: v for k, v in environ.items() if k.startswith(FORWARDED_PREFIXES)}
+            argv = ssh_command(host, argv, dict(forwarded, **env), ssh_port, cwd or os.getcwd())
             env = {}
         out.append((name + ('' if host is None else ' on ' + host), argv, env))
     return out
 
 
+def _ssh(host, ssh_port, *options):
+    return ['ssh', *options, '-o', 'StrictHostKeyChecking=no', '-o', 'BatchMode=yes',
+            '-p', str(ssh_port), host]
+
+
 def ssh_command(host, argv, env, ssh_port, cwd):
-    """``ssh host 'cd CWD && env K=V ... ARGV'`` (the same paths on every host)."""
+    """``ssh -tt host 'cd CWD && env K=V ... ARGV'`` (the same paths on every host; the
+    terminal makes the remote processes end when this ssh does)."""
     remote = 'cd %s && env %s %s' % (shlex.quote(cwd), ' '.join(
         '%s=%s' % (k, shlex.quote(v)) for k, v in sorted(env.items())), shlex.join(argv))
-    return ['ssh', '-tt', '-o', 'StrictHostKeyChecking=no', '-o', 'BatchMode=yes',
-            '-p', str(ssh_port), host, remote]
+    return _ssh(host, ssh_port, '-tt') + [remote]
+
+
+def check_hosts(hosts, ssh_port):
+    """ValueError, in one line with ssh's reason, unless every host runs ``true`` over ssh
+    within `SSH_CHECK_SECONDS` (all asked at once)."""
+    checks = [(host, subprocess.Popen(
+        _ssh(host, ssh_port, '-o', 'ConnectTimeout=%d' % SSH_CHECK_SECONDS) + ['true'],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        text=True)) for host in dict.fromkeys(hosts)]
+    failures = []
+    for host, proc in checks:
+        try:
+            err = proc.communicate(timeout=SSH_CHECK_SECONDS + 5)[1]
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            err = proc.communicate()[1] + '\nno answer in %d s' % (SSH_CHECK_SECONDS + 5)
+        lines = [line.strip() for line in err.splitlines() if line.strip()]
+        if proc.returncode != 0:
+            failures.append((host, lines[-1].rstrip('.') if lines else 'code %d'
+                             % proc.returncode))
+    if failures:
+        host, reason = failures[0]
+        raise ValueError('cannot run a command on host %s over ssh (port %d): %s; the hosts '
+                         'need passwordless ssh (docs/distributed.md)' % (host, ssh_port, reason))
 
 
 def run(processes, out=sys.stderr):
@@ -201,12 +241,14 @@ def main(args):
         hosts = read_hostfile(args.hostfile) if args.hostfile else None
         processes = plan(command, args.num_workers, args.num_servers or args.num_workers,
                          hosts, args.port, args.scheduler_host, args.ssh_port)
+        if args.dry_run:
+            for name, argv, env in processes:
+                print('%s: %s%s' % (name, ''.join('%s=%s ' % kv for kv in sorted(env.items())),
+                                    shlex.join(argv)))
+            return 0
+        if hosts:
+            check_hosts(hosts, args.ssh_port)
     except ValueError as err:
         sys.stderr.write('gluondet launch: error: %s\n' % err)
         return 2
-    if args.dry_run:
-        for name, argv, env in processes:
-            print('%s: %s%s' % (name, ''.join('%s=%s ' % kv for kv in sorted(env.items())),
-                                shlex.join(argv)))
-        return 0
     return run(processes)
