@@ -22,7 +22,7 @@ HOROVOD_ENV := $(if $(filter cu112,$(MXNET_EXTRA)),LD_LIBRARY_PATH="$$($(PY) -c 
 HOROVOD_FAILED := $(if $(filter cu112,$(MXNET_EXTRA)),|| echo 'make venv: no Horovod: built \
   against mxnet-cu112 it needs a CUDA toolkit (docs/install.md)')
 
-.PHONY: venv demo test test-fast docs bench bench-torch-venv clean-venv check-mxnet
+.PHONY: venv demo test test-fast test-two-hosts docs bench bench-torch-venv clean-venv check-mxnet
 
 venv: $(STAMP)
 
@@ -54,6 +54,11 @@ test: venv
 
 test-fast: venv
 	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist worksteal -m 'not slow' $(PYTEST_ARGS)
+
+# Distributed training across two hosts made of network namespaces, alone (also in `make test`):
+# root, `ip netns` and an sshd (apt-get install openssh-server), else skipped with the reason.
+test-two-hosts: venv
+	$(PY) -m pytest -n 0 -rs tests/test_two_hosts.py $(PYTEST_ARGS)
 
 # The documentation site, offline: the generated pages (CLI reference, model zoo table) are
 # rewritten from the code, then mkdocs builds site/ (mkdocs.yml); any warning fails it.
