@@ -226,7 +226,6 @@ def _bccd_coco(bccd_root, folder, count):
             json.dump(part, f)
 
 
-@pytest.mark.slow
 def test_a_coco_spec_trains_evaluates_and_infers(tmp_path, bccd_root, capsys):
     annotations = str(tmp_path / 'annotations')
     _bccd_coco(bccd_root, annotations, 6)
