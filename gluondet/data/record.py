@@ -36,6 +36,7 @@ bytes), so a damaged file is a :class:`~gluondet.data.DatasetError` naming the f
 the record; reads are ``os.pread`` at an offset, so DataLoader workers (processes or threads)
 share nothing but the descriptor.
 """
+import contextlib
 import glob
 import io
 import json
@@ -48,6 +49,7 @@ import cv2
 import mxnet as mx
 import numpy as np
 
+from ..files import naming, remove_if_exists, short_write_error
 from .base import (_DECODE_FLAGS, _TAIL_BYTES, DatasetError, DetectionDataset, Record,
                    _check_tail, _format_of, empty_label)
 
@@ -514,20 +516,44 @@ class RecordWriter:
         self.path, self.index = path, index_path(path)
         suffix = '.tmp%d' % os.getpid()
         self._tmp = (path + suffix, self.index + suffix)
-        self._writer = mx.recordio.MXIndexedRecordIO(self._tmp[1], self._tmp[0], 'w')
+        try:    # by Python first: a folder not writable gives its OSError, with its errno
+            for tmp, final in zip(self._tmp, (path, self.index)):
+                try:
+                    open(tmp, 'wb').close()
+                except OSError as err:
+                    raise naming(err, tmp, final) from None
+            self._writer = mx.recordio.MXIndexedRecordIO(self._tmp[1], self._tmp[0], 'w')
+        except BaseException:
+            self._writer = None
+            self.abort()
+            raise
         self.count = 0
 
     def add(self, image_bytes, label, width, height):
         """Append one image (encoded bytes, stored as they are) with its ``N x 6`` label
         in pixels."""
         header = mx.recordio.IRHeader(0, encode_label(label, width, height), self.count, 0)
-        self._writer.write_idx(self.count, mx.recordio.pack(header, bytes(image_bytes)))
+        record = mx.recordio.pack(header, bytes(image_bytes))
+        try:
+            self._writer.write_idx(self.count, record)
+        except mx.MXNetError:   # MXNet's writer says no more (see gluondet.files)
+            raise short_write_error(self.path, len(record)) from None
         self.count += 1
 
     def close(self):
+        """Close the files; an OSError if the record file is short (MXNet's writer does not
+        check the last flush)."""
         if self._writer is not None:
-            self._writer.close()
-            self._writer = None
+            size = self._writer.tell()
+            try:
+                self._writer.close()    # the index's last lines are written here
+            except OSError as err:
+                raise naming(err, self._tmp[1], self.index) from None
+            finally:
+                self._writer = None
+            written = os.path.getsize(self._tmp[0])
+            if written != size:
+                raise short_write_error(self.path, size - written)
 
     def commit(self):
         """Close, sync and rename into place."""
@@ -539,10 +565,8 @@ class RecordWriter:
         os.replace(self._tmp[0], self.path)
 
     def abort(self):
-        """Close and remove the temporary files."""
-        try:
+        """Close and remove the temporary files (an error closing them is moot)."""
+        with contextlib.suppress(OSError):
             self.close()
-        finally:
-            for tmp in self._tmp:
-                if os.path.exists(tmp):
-                    os.remove(tmp)
+        for tmp in self._tmp:
+            remove_if_exists(tmp)

@@ -37,7 +37,7 @@ from ..data import DATASETS, COCODetection, resolve_dataset
 from ..data.coco import xyxy_to_coco
 from ..data.kitti import check_unique_stems, kitti_line
 from ..data.preprocess import input_range
-from ..files import atomic_write
+from ..files import atomic_write, writer
 from ..metrics import COCODetectionMetric
 from ..metrics.coco_eval import format_summary
 from ..metrics.confusion import ConfusionMatrix
@@ -176,11 +176,10 @@ def export_model(network, output, fmt='onnx', params=None, pretrained=False, cla
                     **{key: getattr(net, key) for key in ('short', 'max_size')
                        if getattr(net, key, None) is not None})
     os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
-    if fmt == 'symbol':
-        files = list(export_symbol(net, output, shape))
+    if fmt == 'symbol':     # the three files, or none
         meta = model_metadata(net, info['network'], shape, **describe)
-        _write_json(metadata_path(output), meta)
-        files.append(metadata_path(output))
+        files = list(export_symbol(net, output, shape, with_files=[
+            (writer(json.dumps(meta)), metadata_path(output))])) + [metadata_path(output)]
         return _summary(verbose, files, meta, ['batch', 3, 'height', 'width'])
     from . import export_onnx   # imports onnx, or says how to install it
     batch = batch_size or (DYNAMIC_MAX_BATCH if dynamic_batch and fmt == 'tensorrt' else 1)

@@ -6,6 +6,8 @@ import numpy as np
 from mxnet import autograd
 from mxnet.gluon.parameter import DeferredInitializationError
 
+from ..files import atomic_save_all, save_ndarrays, writer
+
 __all__ = ['check_float32_process', 'export_symbol', 'ssd_body', 'rcnn_body', 'RCNNBody', 'input_shape']
 
 
@@ -35,7 +37,7 @@ def check_float32_process(what):
                            % (what, getattr(amp, '_gluondet_dtype', 'float16 or bfloat16')))
 
 
-def export_symbol(net, prefix, data_shape, batch_size=1):
+def export_symbol(net, prefix, data_shape, batch_size=1, with_files=()):
     """Write ``{prefix}-symbol.json`` and ``{prefix}-0000.params`` of the inference graph.
 
     ``net`` is hybridized (default flags) and run once in inference mode on a
@@ -55,6 +57,9 @@ def export_symbol(net, prefix, data_shape, batch_size=1):
         Input height and width.
     batch_size : int
         Batch of the tracing forward.
+    with_files : sequence of (callable, str)
+        More files, ``(write, path)``, written with the two, all or none (see
+        :func:`~gluondet.files.atomic_save_all`).
 
     Returns
     -------
@@ -65,8 +70,20 @@ def export_symbol(net, prefix, data_shape, batch_size=1):
     net.hybridize()
     with autograd.predict_mode():
         net(mx.nd.zeros(input_shape(data_shape, batch_size), ctx=_context(net)))
-    net.export(prefix)
-    return prefix + '-symbol.json', prefix + '-0000.params'
+    files = prefix + '-symbol.json', prefix + '-0000.params'
+    atomic_save_all(list(zip(_export_writers(net), files)) + list(with_files))
+    return files
+
+
+def _export_writers(net):
+    """Writers of the two files of ``net.export`` (symbol, ``arg:``/``aux:`` parameters), in
+    Python (see :mod:`gluondet.files`)."""
+    symbol = net._cached_graph[1]
+    kinds = dict.fromkeys(symbol.list_arguments(), 'arg')
+    kinds.update(dict.fromkeys(symbol.list_auxiliary_states(), 'aux'))
+    arrays = {'%s:%s' % (kinds[name], name): param._reduce()
+              for name, param in net.collect_params().items() if name in kinds}
+    return writer(symbol.tojson()), lambda path: save_ndarrays(path, arrays)
 
 
 def _map_shapes(net, data_shape):

@@ -32,8 +32,8 @@ import subprocess
 import mxnet as mx
 from mxnet import nd
 
-from ..errors import UserError
-from ..files import (atomic_save, atomic_write, remove_if_exists, save_ndarrays,
+from ..errors import UserError, message
+from ..files import (atomic_save, atomic_write, naming, remove_if_exists, save_ndarrays,
                      save_parameters, write_synced)
 from ..threads import mxnet_threads
 
@@ -44,7 +44,8 @@ VERSION = 1
 
 
 class CheckpointError(UserError):
-    """A checkpoint is missing, corrupt or does not fit the model being trained."""
+    """A checkpoint is missing, corrupt, does not fit the model being trained or cannot be
+    written."""
 
 
 class Checkpointer:
@@ -79,9 +80,15 @@ class Checkpointer:
         loop.sync_statistics()
         if not self.enabled:
             return
-        if loop.state.position() != self._position:
-            self._write_data(loop)
-        self._write_manifest(loop)
+        committed = self._files, self._position
+        try:
+            if loop.state.position() != self._position:
+                self._write_data(loop)
+            self._write_manifest(loop)
+        except OSError as err:      # a full disk, a folder made read-only: the last one stays
+            self._discard(committed)
+            raise CheckpointError('cannot write the checkpoint of iteration %d: %s; %s'
+                                  % (loop.state.iteration, message(err), self._last())) from err
         self._remove_stale()
 
     def resume(self, loop, resume):
@@ -130,6 +137,25 @@ class Checkpointer:
             processes=loop.runtime.world_size, threads=mxnet_threads())
         atomic_write(self.json_path, json.dumps(manifest, indent=1, allow_nan=False))
         self.last_path = self.json_path
+
+    def _discard(self, committed):
+        """Remove data files written since the ``committed`` ``(files, position)``."""
+        if self._files is not committed[0]:
+            for kind in ('params', 'states'):
+                try:    # else the next save removes them
+                    remove_if_exists(os.path.join(os.path.dirname(self.prefix),
+                                                  self._files[kind]))
+                except OSError:
+                    pass
+        self._files, self._position = committed
+
+    def _last(self):
+        """What a failed save leaves: the last good checkpoint and how to continue it."""
+        if self.last_path is None:
+            return 'no checkpoint of this run was written before'
+        again = 'auto' if self.last_path == self.json_path else self.last_path
+        return ('the last good checkpoint, %s, is intact: make space (or the folder writable), '
+                'then continue with --resume %s' % (self.last_path, again))
 
     def _remove_stale(self):
         keep = {self._files['params'], self._files['states']}
@@ -321,10 +347,14 @@ def provenance():
 
 
 def _write_hashed(write, stem, ext):
-    """Write ``{stem}-{sha1[:8]}{ext}`` atomically; returns its path and sha1."""
+    """Write ``{stem}-{sha1[:8]}{ext}`` atomically; returns its path and sha1. An OSError
+    names ``{stem}{ext}``."""
     tmp = '%s.tmp%d%s' % (stem, os.getpid(), ext)    # a leftover matches the stale-file glob
     try:
-        write_synced(write, tmp)
+        try:
+            write_synced(write, tmp)
+        except OSError as err:
+            raise naming(err, tmp, stem + ext) from None
         sha1 = _sha1(tmp)
         path = '%s-%s%s' % (stem, sha1[:8], ext)
         os.replace(tmp, path)
