@@ -17,6 +17,8 @@ from gluondet.errors import UserError
 from gluondet.train import flags
 from gluondet.train.config import train_config
 
+from distributed import (demo_root, driver_command, failure, horovodrun, identical, load_params,
+                         need_horovod, run_spec)
 from test_engine_toy import ToyNet, make_image_task, make_task, toy_config
 
 
@@ -206,3 +208,24 @@ def test_the_flags_set_the_config_and_a_bad_decay_is_one_line(tmp_path):
         train_config(parser.parse_args(['--ema-decay', '1', '--gpus', '']), 'x')
     with pytest.raises(ValueError, match='ema_decay must be in'):
         TrainConfig(ema_decay=0.0)
+
+
+@pytest.mark.slow
+def test_two_horovod_ranks_keep_one_average(tmp_path):
+    """SSD (plain BatchNorm, whose statistics differ between the ranks) on two Horovod ranks:
+    both end with the same averaged weights, which rank 0 saved as _best.params, while the
+    checkpoint holds the trained ones."""
+    need_horovod()
+    demo = demo_root(str(tmp_path / 'demo'))
+    out = tmp_path / 'two'
+    spec = run_spec('ssd', out, out / 'ssd', batch_size=8, epochs=1, val_interval=1, ema=True,
+                    ema_decay=0.9, horovod=True)
+    code, log, _ = horovodrun(driver_command(tmp_path, 'ema', spec), tmp_path,
+                              env={'GLUONDET_TEST_DEMO': demo})
+    assert code == 0, failure(log)
+    ranks = [load_params(out / ('rank%d.params' % r)) for r in range(2)]
+    assert identical(*ranks)
+    assert identical(ranks[0], load_params(out / 'ssd_best.params'))
+    trained, averaged = checkpoint_arrays(str(out / 'ssd'))
+    assert set(averaged) < set(trained) and not identical(trained, ranks[0])
+    assert {k for k in trained if k.endswith(('_mean', '_var'))} < set(averaged)
