@@ -4,6 +4,8 @@ checkpoint and resume, frozen parameters, several devices, the flags."""
 import dataclasses
 import json
 import os
+import subprocess
+import sys
 import types
 
 import mxnet as mx
@@ -20,6 +22,8 @@ from gluondet.train.config import train_config
 from distributed import (demo_root, driver_command, failure, horovodrun, identical, load_params,
                          need_horovod, run_spec)
 from test_engine_toy import ToyNet, make_image_task, make_task, toy_config
+
+HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 class RecordWeights(HookBase):
@@ -229,3 +233,36 @@ def test_two_horovod_ranks_keep_one_average(tmp_path):
     trained, averaged = checkpoint_arrays(str(out / 'ssd'))
     assert set(averaged) < set(trained) and not identical(trained, ranks[0])
     assert {k for k in trained if k.endswith(('_mean', '_var'))} < set(averaged)
+
+
+_AMP = '''
+import json, os
+import numpy as np
+from mxnet import nd
+from gluondet.engine import fit, read_manifest
+from test_engine_toy import make_task, toy_config
+from test_ema import RecordWeights, checkpoint_arrays, numpy_ema
+import pathlib
+record = RecordWeights()
+config = toy_config(pathlib.Path('.'), epochs=2, ema=True, ema_decay=0.9, amp=True)
+fit(make_task(), config, hooks=[record])
+_, averaged = checkpoint_arrays(config.save_prefix)
+expected = numpy_ema(record.steps, 0.9)
+print(json.dumps({'dtypes': sorted({str(v.dtype) for v in averaged.values()}),
+                  'amp': read_manifest(config.save_prefix + '_last.json')['config']['amp'],
+                  'diff': max(float(np.abs(averaged[k] - expected[k]).max()) for k in averaged)}))
+'''
+
+
+@pytest.mark.skipif(not mx.runtime.Features().is_enabled('MKLDNN'),
+                    reason='AMP on the CPU (bfloat16) needs MXNet with oneDNN')
+def test_the_average_under_amp_is_float32(tmp_path):
+    """bfloat16 AMP (in a process of its own: amp.init changes the whole process): the
+    weights stay float32, and so does their average, which follows numpy."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([HERE, os.environ.get('PYTHONPATH', '')]))
+    out = subprocess.run([sys.executable, '-c', _AMP], capture_output=True, text=True,
+                         cwd=str(tmp_path), env=env, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    report = json.loads(out.stdout.strip().splitlines()[-1])
+    assert report['dtypes'] == ['float32'] and report['amp'] is True
+    assert report['diff'] < 1e-6
