@@ -5,7 +5,8 @@ data), ``gluondet evaluate`` (the data it evaluates on, the validation data) and
 :func:`gluondet.data.datasets_from_flags`: a folder, split or file named for one works in
 all. It imports no data code (``gluondet --help`` stays fast).
 
-``--dataset --dataset-root --classes --class-mapping --image-root``, and per role
+``--dataset --dataset-root --classes --class-mapping --image-root`` (and for training data
+``--skip-empty --background-images``), and per role
 ``--{train,val}-split``, ``--{train,val}-json``, ``--{train,val}-rec``. A command of one
 role also takes ``--split``, ``--annotation-file`` and ``--rec`` for it (earlier spellings,
 not shown in its help).
@@ -65,6 +66,13 @@ def add_dataset_args(parser, roles=ROLES, dataset='voc', classes=True):
         add('--allow-missing-classes', action='store_true',
             help='train --classes that have no box in the training data (else an error with '
                  'a did-you-mean)')
+        add('--skip-empty', action='store_true',
+            help="leave out the training images without a box (GluonCV's behaviour); by "
+                 'default they are kept and train as negatives (background images)')
+        add('--background-images', action='store_true',
+            help='voc: also read the images that have no xml as background images (no '
+                 'object): in a LabelImg folder the images without a .xml of their name '
+                 'beside them, in a VOC folder the listed ids without Annotations/ID.xml')
     for role in roles:
         data = _ROLE_DATA[role]
         add('--%s-split' % role,

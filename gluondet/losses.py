@@ -47,11 +47,15 @@ class SSDMultiBoxLoss(gluon.Block):
 
     For every image the negatives (class target 0) with the highest
     cross-entropy are kept, ``negative_mining_ratio`` times as many as the
-    image's positives (at least ``min_hard_negatives``); the others do not
-    count. The box loss is smooth L1 (``rho`` the L1/L2 transition) over the
-    positives. Both are summed per image and divided by the number of
-    positives over all images of all contexts (at least 1), so the result does
-    not depend on how a batch is split over devices.
+    image's positives; the others do not count. An image without positives (a
+    background image) keeps its ``background_negatives`` hardest negatives and
+    counts as ``background_negatives / negative_mining_ratio`` positives in
+    the normalizer below, so it weighs as an image with that many positives
+    (GluonCV's loss, ``background_negatives=0``, learns nothing from it). The
+    box loss is smooth L1 (``rho`` the L1/L2 transition) over the positives.
+    Both are summed per image and divided by the number of positives over all
+    images of all contexts (at least 1), so the result does not depend on how
+    a batch is split over devices.
 
     Parameters
     ----------
@@ -61,8 +65,8 @@ class SSDMultiBoxLoss(gluon.Block):
         Smooth L1 transition point.
     lambd : float
         Weight of the box loss in the sum: ``cls + lambd * box``.
-    min_hard_negatives : int
-        Negatives kept per image even without positives.
+    background_negatives : int
+        Hard negatives kept in an image without positives.
 
     Inputs (each an NDArray or a list over contexts)
     ------------------------------------------------
@@ -76,18 +80,18 @@ class SSDMultiBoxLoss(gluon.Block):
     sum_losses, cls_losses, box_losses : lists (one per context) of ``B`` arrays.
     """
 
-    def __init__(self, negative_mining_ratio=3, rho=1.0, lambd=1.0, min_hard_negatives=0,
+    def __init__(self, negative_mining_ratio=3, rho=1.0, lambd=1.0, background_negatives=0,
                  **kwargs):
         super().__init__(**kwargs)
         self._ratio = max(0, negative_mining_ratio)
         self._rho = rho
         self._lambd = lambd
-        self._min_hard_negatives = max(0, min_hard_negatives)
+        self._background = max(0, background_negatives)
 
     def forward(self, cls_pred, box_pred, cls_target, box_target):
         cls_pred, box_pred, cls_target, box_target = [
             _as_list(x) for x in (cls_pred, box_pred, cls_target, box_target)]
-        total = _total([(ct > 0).sum() for ct in cls_target])
+        total = _total([self._positives(ct).sum() for ct in cls_target])
         sum_losses, cls_losses, box_losses = [], [], []
         for cp, bp, ct, bt in zip(cls_pred, box_pred, cls_target, box_target):
             norm = total.as_in_context(cp.context)
@@ -99,12 +103,21 @@ class SSDMultiBoxLoss(gluon.Block):
             sum_losses.append(cls_loss + self._lambd * box_loss)
         return sum_losses, cls_losses, box_losses
 
+    def _positives(self, target):
+        """Per image, its positives, or for one without, what it counts as (``B``)."""
+        count = (target > 0).sum(axis=1)
+        if not self._ratio:
+            return count
+        return nd.where(count > 0, count, nd.ones_like(count) * (self._background / self._ratio))
+
     def _cls_loss(self, pred, target):
         """Cross-entropy of positives and hard negatives, ``B x A``, 0 elsewhere."""
         loss = -nd.pick(nd.log_softmax(pred, axis=-1), target, axis=-1)
         pos = target > 0
         neg = target == 0
-        num_neg = nd.maximum(pos.sum(axis=1) * self._ratio, self._min_hard_negatives)
+        count = pos.sum(axis=1)
+        num_neg = nd.where(count > 0, count * self._ratio,
+                           nd.ones_like(count) * self._background)
         neg_loss = nd.where(neg, loss, nd.ones_like(loss) * -1)
         ranked = nd.sort(neg_loss, axis=1, is_ascend=False)
         last = nd.clip(num_neg - 1, 0, loss.shape[1] - 1)

@@ -245,7 +245,8 @@ def test_all_items_unreadable_raises(tmp_path):
 
 def test_report_as_dict_and_summary(tmp_path):
     ds = VOCDetection(make_voc(tmp_path), classes=('dog',))
-    assert ds.report.as_dict() == {'images': 4, 'boxes': 4, 'clipped': 0, 'skipped': {},
+    assert ds.report.as_dict() == {'images': 4, 'background': 0, 'boxes': 4, 'clipped': 0,
+                                   'skipped': {},
                                    'dropped': {}, 'replaced': {}, 'examples': {}}
     assert ds.report.summary() == '4 images, 4 boxes'
     assert repr(ds) == 'VOCDetection(4 images, 4 boxes)'

@@ -99,12 +99,18 @@ def test_crowd_and_ignore_are_left_out_of_labels(tmp_path):
     assert len(load(tmp_path, on_error='raise').label(0)) == 1  # expected, not an error
 
 
-def test_skip_empty(tmp_path):
-    coco_files(tmp_path, [(1, 'a.jpg'), (2, 'b.jpg')], [ann(1, [1, 1, 5, 5])])
-    ds = load(tmp_path)
-    assert ds.image_ids == [1] and ds.report.skipped == {'empty': 1}
-    kept = load(tmp_path, skip_empty=False)
-    assert kept.image_ids == [1, 2] and kept.label(1).shape == (0, 6)
+def test_images_without_boxes_are_kept_unless_skip_empty(tmp_path):
+    coco_files(tmp_path, [(1, 'a.jpg'), (2, 'b.jpg'), (3, 'c.jpg')],
+               [ann(1, [1, 1, 5, 5]), ann(3, [1, 1, 5, 5], iscrowd=1)])
+    kept = load(tmp_path)
+    assert kept.image_ids == [1, 2, 3] and kept.label(1).shape == (0, 6)
+    assert kept.label(2).shape == (0, 6)     # its only box is a crowd: a background image
+    assert kept.report.background == 2 and not kept.report.skipped
+    assert '3 images (2 background images, without a box), 1 boxes' in kept.report.summary()
+    skipped = load(tmp_path, skip_empty=True)
+    assert skipped.image_ids == [1] and skipped.report.skipped == {'empty': 2}
+    assert skipped.report.background == 0 and not skipped.report.problems()
+    assert [skipped.image_path(0)] == [kept.image_path(0)]
 
 
 def test_min_object_area(tmp_path):

@@ -107,9 +107,13 @@ def test_gluoncv_coco_layout_under_the_root(gluoncv_home):
     train = resolve_dataset('coco', classes=DOG, train=True)
     val = resolve_dataset('coco', gluoncv_home, classes=DOG)
     assert isinstance(train, COCODetection) and isinstance(val, COCODetection)
-    assert train.image_ids == [1, 2] and val.image_ids == [10, 11]   # val keeps empty images
+    # images without boxes are kept (background images), unless --skip-empty (training data)
+    assert train.image_ids == [1, 2, 3] and val.image_ids == [10, 11]
     assert train.image_path(0) == os.path.join(gluoncv_home, 'coco', 'train2017', '1.jpg')
+    assert resolve_dataset('coco', classes=DOG, train=True, skip_empty=True).image_ids == [1, 2]
     _, args = script_args('--dataset', 'coco', '--classes', 'dog,cat')
+    assert [ds.image_ids for ds in common.build_datasets(args)] == [[1, 2, 3], [10, 11]]
+    _, args = script_args('--dataset', 'coco', '--classes', 'dog,cat', '--skip-empty')
     assert [ds.image_ids for ds in common.build_datasets(args)] == [[1, 2], [10, 11]]
     assert resolve_dataset('coco', os.path.join(gluoncv_home, 'coco'), 'instances_train2017',
                            DOG).image_ids == [1, 2, 3]

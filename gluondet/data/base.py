@@ -34,6 +34,8 @@ _EXAMPLES_PER_REASON = 3
 
 # Formats OpenCV decodes, as PIL names them.
 SUPPORTED_FORMATS = ('JPEG', 'PNG', 'BMP', 'TIFF', 'WEBP', 'PPM')
+# Their file name extensions (lower case).
+IMAGE_EXTENSIONS = ('.jpg', '.jpeg', '.png', '.bmp', '.tif', '.tiff', '.webp', '.ppm')
 _JPEG_END = b'\xff\xd9'
 _PNG_END = b'IEND\xaeB`\x82'
 _TAIL_BYTES = 32
@@ -79,11 +81,14 @@ class DatasetReport:
     ----------
     images : int
         Images in the dataset.
+    background : int
+        Of those, the images without a box (background images: they train as negatives).
     boxes : int
         Boxes in their labels.
     skipped : collections.Counter
         Images left out, by reason (``missing_image``, ``bad_image``,
-        ``bad_annotation``, ``unsafe_path``, ``size_mismatch``, ``empty``).
+        ``bad_annotation``, ``unsafe_path``, ``size_mismatch``, ``empty``: no box, left
+        out on request, ``skip_empty``).
     dropped : collections.Counter
         Boxes left out, by reason (``zero_area``, ``inverted``,
         ``outside_image``, ``unknown_class``, ``unknown_image`` (a COCO
@@ -103,6 +108,7 @@ class DatasetReport:
 
     def __init__(self):
         self.images = 0
+        self.background = 0
         self.boxes = 0
         self.skipped = Counter()
         self.dropped = Counter()
@@ -136,13 +142,17 @@ class DatasetReport:
 
     def as_dict(self):
         """Plain-data copy (for JSON logs)."""
-        return {'images': self.images, 'boxes': self.boxes, 'clipped': self.clipped,
+        return {'images': self.images, 'background': self.background, 'boxes': self.boxes,
+                'clipped': self.clipped,
                 'skipped': dict(self.skipped), 'dropped': dict(self.dropped),
                 'replaced': dict(self.replaced), 'examples': dict(self.examples)}
 
     def summary(self):
-        """One line: images, boxes, and what was left out."""
+        """One line: images (background images among them), boxes, and what was left out."""
         parts = ['%d images, %d boxes' % (self.images, self.boxes)]
+        if self.background:
+            parts[0] = '%d images (%d background images, without a box), %d boxes' % (
+                self.images, self.background, self.boxes)
         for name, counter in (('skipped images', self.skipped), ('dropped boxes', self.dropped),
                               ('replaced at load', self.replaced)):
             if counter:
@@ -295,6 +305,11 @@ class DetectionDataset(gluon.data.Dataset):
         with one summary warning; an image that fails to decode at load time
         is replaced by the next readable item, with a warning. ``'raise'``:
         the first bad record raises :class:`DatasetError`.
+    skip_empty : bool
+        Leave out the images without a box (none annotated, or every one left out:
+        crowd, ``DontCare``, another class ...), counted as ``empty``: GluonCV's
+        behaviour for COCO training data. By default they are kept with a ``0 x 6`` label,
+        background images that every detector trains on as negatives.
 
     Notes
     -----
@@ -304,13 +319,14 @@ class DetectionDataset(gluon.data.Dataset):
     :meth:`_finish` on the list of :class:`Record`.
     """
 
-    def __init__(self, classes, transform=None, on_error='skip'):
+    def __init__(self, classes, transform=None, on_error='skip', skip_empty=False):
         if on_error not in ON_ERROR:
             raise ValueError('on_error must be one of %s, got %r' % (ON_ERROR, on_error))
         self._classes = tuple(str(c) for c in classes)
         self._class_index = self._make_class_index(self._classes)
         self._transform = transform
         self._on_error = on_error
+        self._skip_empty = bool(skip_empty)
         self._records = []
         self._unreadable = set()
         self._name = type(self).__name__
@@ -443,11 +459,20 @@ class DetectionDataset(gluon.data.Dataset):
             self.report.clipped += 1
         return clipped
 
+    def _wanted(self, record):
+        """False for an image without a box with ``skip_empty`` (counted as ``empty``)."""
+        if self._skip_empty and not len(record.label):
+            self.report.skip_image('empty', '%s: no box (skip_empty)' % record.path)
+            return False
+        return True
+
     def _finish(self, records, name):
-        """Install the built records, fill the report and log it."""
-        self._records = list(records)
+        """Install the built records (without the empty ones with ``skip_empty``), fill the
+        report and log it."""
+        self._records = [record for record in records if self._wanted(record)]
         self._name = name
         self.report.images = len(self._records)
+        self.report.background = sum(1 for r in self._records if not len(r.label))
         self.report.boxes = sum(len(r.label) for r in self._records)
         logger.info('%s, %d classes: %s', name, self.num_class, self.report.summary())
         problems = self.report.problems()

@@ -102,9 +102,10 @@ class COCODetection(DetectionDataset):
         ``fn(image, label)`` applied to every item.
     min_object_area : float, default 0
         Boxes whose ``area`` (or ``w * h`` if absent) is smaller are left out.
-    skip_empty : bool, default True
-        Leave out images with no box (GluonCV's default, for training). If
-        False they are kept with a ``0 x 6`` label.
+    skip_empty : bool, default False
+        Leave out images with no box (GluonCV's ``COCODetection`` default, True, which
+        its training relies on). By default they are kept with a ``0 x 6`` label:
+        background images, negatives in training (see :class:`DetectionDataset`).
     use_crowd : bool, default False
         Keep crowd boxes as ordinary boxes (GluonCV's default is True).
     annotation_file, image_root : str, optional
@@ -128,15 +129,15 @@ class COCODetection(DetectionDataset):
 
     def __init__(self, root=os.path.join('~', '.mxnet', 'datasets', 'coco'),
                  splits=('instances_val2017',), transform=None, min_object_area=0,
-                 skip_empty=True, use_crowd=False, annotation_file=None, image_root=None,
+                 skip_empty=False, use_crowd=False, annotation_file=None, image_root=None,
                  classes=None, on_error='skip'):
         self.annotation_file, self._image_root = self._locate(root, splits, annotation_file,
                                                               image_root)
         data = _load_json(self.annotation_file)
         categories = self._categories(data)
-        super().__init__(classes or [name for _, name in categories], transform, on_error)
+        super().__init__(classes or [name for _, name in categories], transform, on_error,
+                         skip_empty)
         self._min_object_area = min_object_area
-        self._skip_empty = skip_empty
         self._use_crowd = use_crowd
         self.json_id_to_contiguous = {}
         for cat_id, name in categories:
@@ -217,7 +218,7 @@ class COCODetection(DetectionDataset):
         for i, entry in images:
             image_id = entry['id']
             record = self._record(i, entry, annotations.get(image_id, ()))
-            if record is not None:
+            if record is not None and self._wanted(record):
                 records.append(record)
                 self.image_ids.append(image_id)
         return records
@@ -250,9 +251,6 @@ class COCODetection(DetectionDataset):
             return None
         label = self._label(annotations, size)
         if label is None:
-            return None
-        if not len(label) and self._skip_empty:
-            self.report.skip_image('empty', '%s: no box (%s)' % (field, file_name))
             return None
         return Record(image_path, label, *size)
 

@@ -107,14 +107,17 @@ class KITTIDetection(DetectionDataset):
         ``fn(image, label)`` applied to every item.
     on_error : {'skip', 'raise'}
         See :class:`DetectionDataset`.
+    skip_empty : bool
+        Leave out the images without a box (see :class:`~gluondet.data.DetectionDataset`);
+        by default they are kept, background images.
     """
 
     def __init__(self, root, split='training', class_mapping=None, classes=None, transform=None,
-                 on_error='skip'):
+                 on_error='skip', skip_empty=False):
         if class_mapping is None:
             class_mapping = {name: name for name in KITTI_CLASSES}
         targets = tuple(dict.fromkeys(class_mapping.values()))
-        super().__init__(classes or targets, transform, on_error)
+        super().__init__(classes or targets, transform, on_error, skip_empty)
         self._mapping = self._check_mapping(class_mapping)
         self._folder = self._locate(os.path.expanduser(root), split)
         label_dir = os.path.join(self._folder, 'label_2')

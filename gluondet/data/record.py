@@ -345,13 +345,16 @@ class RecordDetection(DetectionDataset):
         See :class:`~gluondet.data.DetectionDataset`. A damaged record or label is
         skipped and counted (``bad_record``, ``bad_annotation``) or raises; a missing or
         malformed index always raises.
+    skip_empty : bool
+        Leave out the images without a box (see :class:`~gluondet.data.DetectionDataset`);
+        by default they are kept, background images.
 
     Notes
     -----
     ``image_path(i)`` is ``FILE.rec#KEY``, a name for messages, not a file.
     """
 
-    def __init__(self, path, classes=None, transform=None, on_error='skip'):
+    def __init__(self, path, classes=None, transform=None, on_error='skip', skip_empty=False):
         files = record_files(path)
         stored = self._stored_classes(files)
         if classes is None and stored is None:
@@ -359,7 +362,7 @@ class RecordDetection(DetectionDataset):
                                'or put the class json of gluondet convert beside the records '
                                '(PREFIX.json, or %s)' % os.path.basename(
                                    os.path.splitext(files[0])[0] + '.json'), 'bad_layout')
-        super().__init__(classes or stored, transform, on_error)
+        super().__init__(classes or stored, transform, on_error, skip_empty)
         self._files = files
         self._id_map = (None if stored is None else
                         np.array([-1 if self.class_id(n) is None else self.class_id(n)
@@ -374,7 +377,7 @@ class RecordDetection(DetectionDataset):
             try:
                 for key, offset in entries:
                     record = self._record(fd, rec_path, key, offset)
-                    if record is not None:
+                    if record is not None and self._wanted(record):
                         records.append(record)
                         self._where.append((file_index, offset))
             finally:

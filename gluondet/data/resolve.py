@@ -54,7 +54,8 @@ def split_names(split):
 
 def resolve_dataset(dataset, root=None, split=None, classes=None, annotation_file=None,
                     image_root=None, train=False, on_error='skip', class_mapping=None,
-                    records=None, allow_missing_classes=False):
+                    records=None, allow_missing_classes=False, skip_empty=False,
+                    background_images=False):
     """The dataset that a name, a root and a split say.
 
     Parameters
@@ -84,8 +85,13 @@ def resolve_dataset(dataset, root=None, split=None, classes=None, annotation_fil
         coco: the folder the json's ``file_name`` are relative to (default: the json's
         folder with ``annotation_file``, GluonCV's year folder with ``root``).
     train : bool
-        For training: the training default split, and COCO images without boxes left
-        out (GluonCV's ``skip_empty``); else they are kept, as for validation.
+        For training: the training default split.
+    skip_empty : bool
+        Leave out the images without a box, in every format (``--skip-empty``, GluonCV's
+        COCO training); by default they are kept, background images.
+    background_images : bool
+        voc: also the images without an xml, as background images (``--background-images``;
+        see :class:`~gluondet.data.VOCDetection`).
     on_error : {'skip', 'raise'}
         See :class:`~gluondet.data.DetectionDataset`.
     class_mapping : dict, optional
@@ -105,8 +111,9 @@ def resolve_dataset(dataset, root=None, split=None, classes=None, annotation_fil
     ValueError
         For an unknown dataset name or flags that do not go together.
     """
-    data = _resolve(dataset, root, split, classes, annotation_file, image_root, train, on_error,
-                    class_mapping, records)
+    data = _resolve(dataset, root, split, classes, annotation_file, image_root, train,
+                    class_mapping, records, background_images,
+                    dict(on_error=on_error, skip_empty=skip_empty))
     if train and classes and not allow_missing_classes:
         check_classes_found(data)
     return data
@@ -145,9 +152,10 @@ def check_classes_found(dataset):
                        % ('; '.join(problems), listed), 'missing_class')
 
 
-def _resolve(dataset, root, split, classes, annotation_file, image_root, train, on_error,
-             class_mapping, records):
-    """:func:`resolve_dataset` without the check of its classes."""
+def _resolve(dataset, root, split, classes, annotation_file, image_root, train, class_mapping,
+             records, background_images, common):
+    """:func:`resolve_dataset` without the check of its classes; ``common``: the keyword
+    arguments of every dataset (``on_error``, ``skip_empty``)."""
     name = str(dataset).strip().lower()
     if name not in DATASETS:
         raise ValueError('unknown dataset %r: use %s (COCO-format data: coco with its json)'
@@ -156,6 +164,10 @@ def _resolve(dataset, root, split, classes, annotation_file, image_root, train, 
     role = 0 if train else 1
     if (annotation_file or image_root) and name != 'coco':
         raise ValueError('a COCO json and its image root go with the coco dataset, not %s' % name)
+    if background_images and name != 'voc':
+        raise ValueError('background images without an xml go with the voc dataset (a LabelImg '
+                         'or VOC folder), not %s: its images without a box are kept anyway'
+                         % name)
     if class_mapping and name != 'kitti':
         raise ValueError('a class mapping goes with the kitti dataset, not %s' % name)
     if (records is not None) != (name == 'rec'):
@@ -165,37 +177,36 @@ def _resolve(dataset, root, split, classes, annotation_file, image_root, train, 
     if name == 'rec':
         if names:
             raise ValueError('record files are their own split: no split with %s' % records)
-        return RecordDetection(records, classes=classes, on_error=on_error)
+        return RecordDetection(records, classes=classes, **common)
     if name == 'coco' and annotation_file:
         if names:
             raise ValueError('a COCO json is its own split: no split with %s' % annotation_file)
         annotation_file = os.path.expanduser(annotation_file)
         return COCODetection(annotation_file=annotation_file, classes=classes,
                              image_root=image_root or os.path.dirname(
-                                 os.path.abspath(annotation_file)),
-                             skip_empty=train, on_error=on_error)
+                                 os.path.abspath(annotation_file)), **common)
     if name == 'demo':
         if names:
             raise ValueError('the demo dataset has its own train and val splits: no split')
-        return DemoDetection(split=('train', 'val')[role], seed=0, on_error=on_error)
+        return DemoDetection(split=('train', 'val')[role], seed=0, on_error=common['on_error'])
     root = os.path.expanduser(root or DEFAULT_ROOT)
     if not os.path.isdir(root):
         raise DatasetError(root, 'dataset root', 'no such folder', 'bad_layout')
     if name == 'voc':
         folder, layout, splits = _voc(root, names, role)
         return VOCDetection(folder, splits=splits, classes=classes, layout=layout,
-                            on_error=on_error)
+                            background_images=background_images, **common)
     if len(names) > 1:
         raise ValueError('%s reads one split at a time, got %s' % (name, ', '.join(names)))
     if name == 'coco':
         folder, split = _coco(root, names[0] if names else DEFAULT_SPLITS['coco'][role])
-        return COCODetection(folder, splits=split, classes=classes, skip_empty=train,
-                             image_root=image_root, on_error=on_error)
+        return COCODetection(folder, splits=split, classes=classes, image_root=image_root,
+                             **common)
     folder = _kitti(root, names[0] if names else None, role)
     if not class_mapping and classes:
         class_mapping = {c: c for c in classes}
     return KITTIDetection(os.path.dirname(folder), split=os.path.basename(folder),
-                          classes=classes, on_error=on_error, class_mapping=class_mapping or None)
+                          classes=classes, class_mapping=class_mapping or None, **common)
 
 
 def _candidates(root, name):
@@ -277,4 +288,6 @@ def datasets_from_flags(args, roles=('train', 'val')):
     return tuple(resolve_dataset(
         classes=classes, train=role == 'train',
         allow_missing_classes=getattr(args, 'allow_missing_classes', False),
+        skip_empty=role == 'train' and getattr(args, 'skip_empty', False),
+        background_images=getattr(args, 'background_images', False),
         **dataset_kwargs(args, role)) for role in roles)

@@ -9,7 +9,7 @@ import numpy as np
 from defusedxml import DefusedXmlException
 from defusedxml import ElementTree
 
-from .base import DatasetError, DetectionDataset, Record, empty_label, safe_join
+from .base import IMAGE_EXTENSIONS, DatasetError, DetectionDataset, Record, empty_label, safe_join
 
 __all__ = ['VOC_CLASSES', 'VOCDetection', 'detect_layout', 'infer_layout', 'parse_voc_xml']
 
@@ -218,13 +218,25 @@ class VOCDetection(DetectionDataset):
         Default: inferred.
     on_error : {'skip', 'raise'}
         See :class:`DetectionDataset`.
+    skip_empty : bool
+        Leave out the images without a box (see :class:`DetectionDataset`); by default an
+        xml without an ``object`` (or whose every object is left out) is a background
+        image, kept.
+    background_images : bool
+        Also take the images that have no xml, as background images (no object): in the
+        LabelImg layout every image file of a split folder without a ``<stem>.xml`` beside
+        it (and not the ``<filename>`` of another xml); in the other two, an id of the
+        split list without ``Annotations/<id>.xml`` whose ``JPEGImages/<id>.jpg`` exists.
+        By default such an image is not seen (LabelImg) or a missing annotation.
     """
 
     CLASSES = VOC_CLASSES
 
     def __init__(self, root=os.path.join('~', '.mxnet', 'datasets', 'voc'), splits=None,
-                 transform=None, classes=None, layout=None, on_error='skip'):
-        super().__init__(classes or self.CLASSES, transform, on_error)
+                 transform=None, classes=None, layout=None, on_error='skip', skip_empty=False,
+                 background_images=False):
+        super().__init__(classes or self.CLASSES, transform, on_error, skip_empty)
+        self._background_images = bool(background_images)
         self._root = os.path.expanduser(root)
         if not os.path.isdir(self._root):
             raise DatasetError(self._root, 'root', 'not a directory', 'bad_layout')
@@ -239,6 +251,8 @@ class VOCDetection(DetectionDataset):
             record = self._record(*entry)
             if record is not None:
                 records.append(record)
+        if self._background_images and self.layout == 'labelimg':
+            records += self._unannotated(records)
         self._finish(records, str(self))
 
     def __str__(self):
@@ -268,8 +282,7 @@ class VOCDetection(DetectionDataset):
         ``<filename>``); ``listed_in`` is the split list or the xml itself.
         """
         if self.layout == 'labelimg':
-            for split in self._splits:
-                folder = os.path.join(self._root, split) if split else self._root
+            for folder in self._split_folders():
                 if not os.path.isdir(folder):
                     raise DatasetError(folder, 'split', 'not a directory', 'bad_layout')
                 for xml_path in sorted(glob.glob(os.path.join(glob.escape(folder), '*.xml'))):
@@ -287,6 +300,30 @@ class VOCDetection(DetectionDataset):
                 yield (split_file, image_id,
                        safe_join(os.path.join(folder, 'Annotations'), image_id + '.xml'),
                        os.path.join(folder, 'JPEGImages'))
+
+    def _split_folders(self):
+        """The folders of the LabelImg splits."""
+        return [os.path.join(self._root, split) if split else self._root
+                for split in self._splits]
+
+    def _unannotated(self, records):
+        """Records of the LabelImg images without an xml (``background_images``)."""
+        annotated = {r.path for r in records}
+        found = []
+        for folder in self._split_folders():
+            for name in sorted(os.listdir(folder)):
+                path = os.path.join(folder, name)
+                stem, ext = os.path.splitext(path)
+                if (ext.lower() in IMAGE_EXTENSIONS and path not in annotated and
+                        not os.path.isfile(stem + '.xml') and os.path.isfile(path)):
+                    found.append(path)
+        return [record for record in (self._background(path, folder) for path in found)
+                if record is not None]
+
+    def _background(self, path, listed_in):
+        """The Record of an image without objects, or None if it is skipped."""
+        size = self._image_size_or_skip(path, listed_in)
+        return None if size is None else Record(path, empty_label(), *size)
 
     def _image_path(self, xml_path, image_id, image_dir, annotation):
         """The image file of a record; DatasetError if it is refused."""
@@ -311,6 +348,10 @@ class VOCDetection(DetectionDataset):
             annotation = parse_voc_xml(xml_path)
             path = self._image_path(xml_path, image_id, image_dir, annotation)
         except DatasetError as error:
+            image = image_id and safe_join(image_dir, image_id + '.jpg')
+            if (self._background_images and error.reason == 'missing_annotation' and image
+                    and os.path.isfile(image)):
+                return self._background(image, listed_in)
             self._fail(error)
             return None
         size = self._image_size_or_skip(path, xml_path, annotation.size)

@@ -17,14 +17,13 @@ import warnings
 
 import numpy as np
 
-from ..data.base import DatasetError, empty_label, read_image
+from ..data.base import IMAGE_EXTENSIONS, DatasetError, empty_label, read_image
 from ..data.preprocess import fixed_size, val_transform
 from ..files import atomic_write
 from ..optional import install_hint
 
 __all__ = ['CalibrationBatches', 'make_calibrator', 'val_preprocess']
 
-IMAGE_EXTENSIONS = ('.jpg', '.jpeg', '.png', '.bmp', '.tif', '.tiff', '.webp', '.ppm')
 MIN_TENSORRT = (8, 5)
 
 _INSTALL_HINT = 'TensorRT is needed for this: ' + install_hint('tensorrt')

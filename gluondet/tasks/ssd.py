@@ -12,6 +12,11 @@ from .base import DetectionTask, dense_targets
 
 __all__ = ['SSDTask', 'SSDTrainTransform', 'SSDValTransform', 'anchor_steps', 'feature_sizes']
 
+# Hard negatives of a background image (no object): about what an image of one object mines
+# (2.4 and 5.4 positive anchors an object in the demo's SSD at 300 and 160 px, 3 negatives
+# each); GluonCV's SSD mines none there, so such an image teaches nothing.
+BACKGROUND_NEGATIVES = 16
+
 
 class SSDTrainTransform:
     """SSD's training augmentation (as GluonCV's ``SSDDefaultTrainTransform``).
@@ -109,7 +114,7 @@ class SSDTask(DetectionTask):
         self.steps_mode = steps
         self.steps = None
         self.targets = SSDTargetGenerator(iou_thresh=0.5, stds=(0.1, 0.1, 0.2, 0.2))
-        self.loss = SSDMultiBoxLoss()
+        self.loss = SSDMultiBoxLoss(background_negatives=BACKGROUND_NEGATIVES)
         self.train_batchify = Tuple(Stack(), Pad(pad_val=-1))
 
     name = 'ssd'

@@ -189,7 +189,7 @@ def convert(dataset, prefix, partition_mode='random', num_partitions=None, val_s
     summary_folds, writers = [], []
     try:
         for fold, members in enumerate(folds):
-            counts, images, files = Counter(), 0, []
+            counts, images, background, files = Counter(), 0, 0, []
             for index, part in enumerate(shard(members, num_shards)):
                 path = record_name(prefix, fold, len(folds), index, num_shards)
                 writer = RecordWriter(path)
@@ -216,13 +216,16 @@ def convert(dataset, prefix, partition_mode='random', num_partitions=None, val_s
                         continue
                     writer.add(data, label, *size)
                     images += 1
+                    background += not len(label)
                     counts.update(output_classes[int(c)] for c in label[:, 4])
                 writer.close()      # renamed into place when every shard is written
                 files.append(os.path.basename(path))
             summary_folds.append({
                 'fold': fold, 'role': _role(fold, len(folds), val_split), 'files': files,
-                'images': images, 'objects': {c: counts[c] for c in output_classes}})
+                'images': images, 'background': background,
+                'objects': {c: counts[c] for c in output_classes}})
         report.images = sum(f['images'] for f in summary_folds)
+        report.background = sum(f['background'] for f in summary_folds)
         report.boxes = sum(sum(f['objects'].values()) for f in summary_folds)
         summary = _summary(prefix, output_classes, summary_folds, report, dataset, dict(
             partition_mode=partition_mode, num_partitions=len(folds), val_split=val_split,
@@ -323,7 +326,9 @@ def run(args):
     source = dataset_kwargs(args, 'train')
     dataset = resolve_dataset(classes=tuple(mapping) if mapping else classes, train=True,
                               on_error=args.on_error, **dict(source, class_mapping=None),
-                              allow_missing_classes=args.allow_missing_classes or bool(mapping))
+                              allow_missing_classes=args.allow_missing_classes or bool(mapping),
+                              skip_empty=args.skip_empty,
+                              background_images=args.background_images)
     names = {'root': 'dataset_root'}      # the summary's keys, as the flags' dests were
     settings = {names.get(k, k): v for k, v in dict(source, classes=args.classes or None).items()
                 if v is not None and k != 'class_mapping'}
@@ -332,8 +337,8 @@ def run(args):
                       args.verify, args.on_error, settings)
     folds, shards = len(summary['folds']), args.num_shards
     for fold in summary['folds']:
-        print('fold %d (%s): %d images in %d files %s; objects: %s' % (
-            fold['fold'], fold['role'], fold['images'], len(fold['files']),
+        print('fold %d (%s): %d images (%d background) in %d files %s; objects: %s' % (
+            fold['fold'], fold['role'], fold['images'], fold['background'], len(fold['files']),
             _glob_of(args.output, fold['fold'], folds, shards),
             ', '.join('%s %d' % kv for kv in fold['objects'].items())))
     left_out = summary['left_out']
