@@ -29,7 +29,7 @@ NAMES = ('gdt-host-a', 'gdt-host-b')
 IFACE = 'gdt0'
 SSH_PORT = 2222
 SSHD = '/usr/sbin/sshd'
-HANG_TIMEOUT = 30      # the watchdog's, in the fault tests
+HANG_TIMEOUT = 60      # the watchdog's, in the fault tests: the job must end sooner
 # what a job leaves behind on a host if it failed to end it
 JOB_PROCESSES = ('distributed_run.py', 'kvstore_server')
 
@@ -80,10 +80,9 @@ class Hosts:
             self.start_sshd(host)
 
     def _keys(self):
-        key = lambda name: _sh('ssh-keygen', '-q', '-t', 'ed25519', '-N', '', '-C', name,
-                               '-f', os.path.join(self.folder, name))
         for name in ('host_key', 'client_key', 'other_key'):
-            key(name)
+            _sh('ssh-keygen', '-q', '-t', 'ed25519', '-N', '', '-C', name, '-f',
+                os.path.join(self.folder, name))
         self.authorized_keys = os.path.join(self.folder, 'authorized_keys')
         shutil.copy(os.path.join(self.folder, 'client_key.pub'), self.authorized_keys)
         with open(os.path.join(self.folder, 'host_key.pub')) as f:
