@@ -104,7 +104,7 @@ The loop
 `TrainLoop.train` runs ``before_train``, then per epoch ``before_epoch``,
 per step ``before_step`` / step / ``after_step``, then ``after_epoch``, and
 ``after_train`` (also on error). Everything else is a hook (`hooks`): per-step
-seeding, LR schedule, non-finite check, logging, TensorBoard images of the
+seeding, LR schedule, non-finite check, the model EMA (`ema`), logging, TensorBoard images of the
 batches (`batch_images`), early stopping (`early_stopping`), checkpointing,
 validation and params files, the ``_curves.png`` picture (`curves`), signal
 handling. A validation's result reaches every hook's ``after_validation(epoch,
@@ -137,6 +137,7 @@ from .data import (EpochBatchSampler, GroupedBatchSampler, SampleIndex, SeededDa
 from .batch_images import BatchImagesHook
 from .curves import CurvesHook
 from .early_stopping import EarlyStoppingHook
+from .ema import EMAHook
 from .hookbase import HookBase
 from .hooks import (CheckpointHook, LoggingHook, LRScheduleHook, NonFiniteHook,
                     NonFiniteLossError, SeedHook, ValidationHook, default_hooks)
@@ -155,5 +156,5 @@ __all__ = [
     'Checkpointer', 'CheckpointError', 'read_manifest', 'save_params',
     'HookBase', 'default_hooks', 'SeedHook', 'LRScheduleHook', 'NonFiniteHook', 'LoggingHook',
     'CheckpointHook', 'ValidationHook', 'SignalHook', 'NonFiniteLossError', 'TrainingInterrupted',
-    'EarlyStoppingHook', 'BatchImagesHook', 'CurvesHook',
+    'EarlyStoppingHook', 'EMAHook', 'BatchImagesHook', 'CurvesHook',
 ]
