@@ -309,3 +309,20 @@ def test_coco_metric_counts_detections_on_background_images_as_false_positives(t
 
     assert ap(-1.0) == pytest.approx(1.0)      # below the threshold: no detection there
     assert ap(0.9) == pytest.approx(0.5, abs=0.01)
+
+
+def test_dali_cpu_pipelines_keep_background_images():
+    pytest.importorskip('nvidia.dali', reason='NVIDIA DALI is not installed (gluondet[dali])')
+    from gluondet.data.dali import DaliTrainData, KeepRatioDaliAugment, SSDDaliAugment
+    from gluondet.engine import EpochBatchSampler
+    from test_dali import Images, synthetic
+    image, label = synthetic()
+    data = Images([(image, EMPTY), (image, label), (image, EMPTY), (image, EMPTY)])
+    for augment in (SSDDaliAugment(96, 96, zoom=False), SSDDaliAugment(96, 96, zoom=True),
+                    KeepRatioDaliAugment(96, 160, 32)):
+        batches = DaliTrainData(augment, data, EpochBatchSampler(4, 2, 1, 0, 1), seed=1,
+                                num_threads=1).epoch(0)
+        labels = [batch[-1].asnumpy() for batch in batches]
+        assert len(labels) == 2 and sum(len(x) for x in labels) == 4    # none dropped
+        counts = [int((row >= 0).sum()) for x in labels for row in x[:, :, 4]]
+        assert sorted(counts) == [0, 0, 0, 3]
