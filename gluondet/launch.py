@@ -99,13 +99,13 @@ def plan(command, workers, servers, hosts=None, port=None, scheduler_host=None,
                 env['DMLC_NODE_HOST'] = host
             processes.append(('%s %d' % (role, i), list(SERVER_COMMAND if role == 'server'
                                                          else command), env, host))
+    forwarded = {k: v for k, v in environ.items() if k.startswith(FORWARDED_PREFIXES)}
     out = []
     for name, argv, env, *host in processes:
         host = host[0] if host else None
         if env['DMLC_ROLE'] == 'worker':
             env['GLUONDET_LOCAL_SIZE'] = str(placed[host])
         if host is not None:
-            forwarded = {k: v for k, v in environ.items() if k.startswith(FORWARDED_PREFIXES)}
             argv = ssh_command(host, argv, dict(forwarded, **env), ssh_port, cwd or os.getcwd())
             env = {}
         out.append((name + ('' if host is None else ' on ' + host), argv, env))
