@@ -43,7 +43,7 @@ import numpy as np
 from mxnet.gluon import nn
 
 from ..deploy.networks import load_network
-from ..files import atomic_save, atomic_write
+from ..files import atomic_save, atomic_write, save_ndarrays
 from ..model_zoo.pruned import is_norm, named_blocks
 
 __all__ = ['NORMALIZERS', 'EQUALIZATIONS', 'prune_model', 'prune_net', 'trace_channels',
@@ -626,8 +626,8 @@ def prune_model(model, output, normalizer='max', equalization='union', threshold
         'excluded_layers': list(excluded or ()), 'params_before': before,
         'params_after': after, 'layers_changed': len(channels)})
     os.makedirs(os.path.dirname(os.path.abspath(params_path)), exist_ok=True)
-    atomic_save(lambda tmp: mx.nd.save(tmp, {k: mx.nd.array(v, dtype=v.dtype)
-                                             for k, v in arrays.items()}), params_path)
+    atomic_save(lambda tmp: save_ndarrays(tmp, {k: mx.nd.array(v, dtype=v.dtype)
+                                                for k, v in arrays.items()}), params_path)
     atomic_write(json_path, json.dumps(description, indent=1))
     log('pruned %s: %d layers changed, parameters %d -> %d (pruning ratio, pruned / original: '
         '%.4f); written to %s and %s' % (model, len(channels), before, after,
