@@ -194,8 +194,9 @@ def test_a_checkpoint_of_other_averaged_parameters_is_refused():
     net(nd.ones((2, 8)))
     hook = EMAHook(0.9)
     hook.loop = types.SimpleNamespace(net=net)
-    with pytest.raises(UserError, match=r'model EMA does not fit the net: it lacks the average of 8 parameters of this run '
-                       r'\(body.0.beta, .*; it averages 1 parameters this run does not \(body.9.weight\)$'):
+    with pytest.raises(UserError, match=r'model EMA does not fit the net: it lacks the average '
+                       r'of 8 parameters of this run \(body.0.beta, .*; it averages 1 '
+                       r'parameters this run does not \(body.9.weight\)$'):
         hook.load_state_arrays({'body.9.weight': nd.ones(1)})
 
 

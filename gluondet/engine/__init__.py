@@ -104,8 +104,8 @@ The loop
 `TrainLoop.train` runs ``before_train``, then per epoch ``before_epoch``,
 per step ``before_step`` / step / ``after_step``, then ``after_epoch``, and
 ``after_train`` (also on error). Everything else is a hook (`hooks`): per-step
-seeding, LR schedule, non-finite check, the model EMA (`ema`), logging, TensorBoard images of the
-batches (`batch_images`), early stopping (`early_stopping`), checkpointing,
+seeding, LR schedule, non-finite check, the model EMA (`ema`), logging, TensorBoard
+images of the batches (`batch_images`), early stopping (`early_stopping`), checkpointing,
 validation and params files, the ``_curves.png`` picture (`curves`), signal
 handling. A validation's result reaches every hook's ``after_validation(epoch,
 metrics)``; a hook ends training with ``loop.request_stop(reason)``.

@@ -203,10 +203,11 @@ class ValidationHook(HookBase):
     ``{save_prefix}_best.params`` and appends to ``{save_prefix}_best_map.log``;
     every ``save_interval``-th epoch it writes
     ``{save_prefix}_{epoch:04d}_{metric:.4f}.params``. Each params file gets a
-    ``.json`` beside it (meta, epoch, metrics, config). With the model EMA (``config.ema``)
-    the averaged weights are validated and saved (`TrainLoop.evaluated_weights`). Then the checkpoint
-    manifest is rewritten so the new best survives a resume, and the net is
-    hybridized again (``validate`` may have re-hybridized it for inference).
+    ``.json`` beside it (meta, epoch, metrics, config). With the model EMA
+    (``config.ema``) the averaged weights are validated and saved
+    (`TrainLoop.evaluated_weights`). Then the checkpoint manifest is rewritten so the new best
+    survives a resume, and the net is hybridized again (``validate`` may have re-hybridized it
+    for inference).
     """
 
     def __init__(self, task, config, checkpointer, reporter):
