@@ -33,7 +33,7 @@ class ROIExtractor(gluon.HybridBlock):
     :func:`fpn_levels` gives it: each level pools its own ROIs (see
     :meth:`_pool_own`; ROI pooling pools all) and the other rows are selected
     away with ``where``. GluonCV marks the other levels' ROIs with batch index
-    -1 too, but without the spare row and the selection, which is wrong on
+    -1 too, but without reordering them and the selection, which is wrong on
     CPUs: MXNet 1.9's CPU ROI Align leaves such ROIs' rows unset and zeroes
     part of the first ROI's.
 
@@ -98,13 +98,11 @@ class ROIExtractor(gluon.HybridBlock):
         backward (pooling every ROI on every level made ROI Align's backward
         half of a training step). MXNet 1.9's CPU kernel then leaves their rows
         unset and writes a zero at flat output position ``r`` for each skipped
-        ROI ``r``: a sacrificial first row (any valid ROI) takes those writes,
-        since ``C x h x w`` exceeds the number of ROIs. GPUs and ONNX Runtime zero
-        skipped ROIs and need no such row.
+        ROI ``r``, inside the rows of earlier ROIs. So the skipped ROIs go first:
+        position ``r`` lies in row ``r // (C * h * w) <= r``, a skipped one, however
+        many ROIs there are. GPUs and ONNX Runtime zero skipped ROIs.
         """
         own = F.where(F.broadcast_like(mine, rois), rois, F.ones_like(rois) * -1)
-        first = F.slice_axis(rois, axis=0, begin=0, end=1)
-        spare = F.concat(F.zeros_like(F.slice_axis(first, axis=1, begin=0, end=1)),
-                         F.slice_axis(first, axis=1, begin=1, end=None), dim=1)
-        out = self._pool(F, feature, F.concat(spare, own, dim=0), stride)
-        return F.slice_axis(out, axis=0, begin=1, end=None)
+        order = F.argsort(mine.reshape((-1,)))                     # this level's ROIs last
+        out = self._pool(F, feature, F.take(own, order), stride)
+        return F.take(out, F.argsort(order))
