@@ -1,54 +1,58 @@
 """Background images (negatives) in training: false detections on held-out negatives, and mAP.
 
-One detector (YOLOv3's demo recipe: ``yolo3_mobilenet0.5_custom`` at 160 px from scratch,
-the recipe's settings, ``--epochs`` epochs) trains twice on the same LabelImg folder, built
-here deterministically:
+The cards RetinaNet recipe (``model_zoo/cards_retinanet.sh``: its flags, run as it is, the
+dataset root the folder built here) trains twice on the same LabelImg folder, built
+deterministically in ``--workdir``:
 
-- ``--demo-images`` images of the demo's train split, each with its VOC xml;
-- background images without an xml: a window of each photo of the cards' ``train`` folder
-  (``../shared/datasets/cards/images``) that touches no card (the first square of 0.4 of
-  the photo's shorter side, in a grid of quarter steps, at least ``MARGIN`` px from every
-  card box), saved as a 256 px JPEG.
+- ``data/train``: the cards' ``train`` photos (``../shared/datasets/cards/images``) with their
+  xml (symlinks), and the background images a user would add, without an xml: up to
+  ``--crops-per-photo`` windows of each of those photos that touch no card (the first squares
+  of 0.4 of the photo's shorter side, in a grid of quarter steps, at least ``MARGIN`` px from
+  every card box, not overlapping), JPEGs at the photo's resolution;
+- ``data/test``: the cards' ``test`` photos with their xml (the recipe's validation split).
 
-``without`` reads the folder as before (images without an xml are not seen); ``with`` reads
-it with ``background_images`` (``--background-images``): the crops train as negatives.
-Held out: the windows of the cards' ``test`` photos (up to two a photo, not overlapping),
-on which a detection scoring at least 0.5 (also 0.25 and 0.1: ``SCORES``) is a false
-detection, and the demo's ``val`` split, the test split of the mAP (VOC07). Printed per run:
-false detections per negative image and the share of negatives with any, at each score, the
-mAP, the minutes (of training; with ``--reuse``, of evaluating the model a run saved).
+``without`` runs the recipe as it is (images without an xml are not read); ``with`` adds
+``--background-images``: the crops train as negatives. ``--concurrent`` runs the two trainings
+at once (two processes, ``nice -n 5``, one thread each); each logs to ``runs/<run>.log``.
+Held out: the windows of the cards' ``test`` photos (up to two a photo, not overlapping), on
+which a detection scoring at least 0.5 (also 0.25 and 0.1: ``SCORES``) is a false detection.
+Each run's saved model (``_best.params``) is loaded with ``Predictor.from_model``; printed per
+run: false detections per negative and the share of negatives with any, at each score, the
+cards test mAP (VOC07; checked against the run's own validation), the run's wall minutes.
 
-    nice -n 5 .venv/bin/python benchmarks/bench_negatives.py [--epochs 10] [--workdir DIR]
+    .venv/bin/python benchmarks/bench_negatives.py [--epochs 12] [--concurrent] [--workdir DIR]
+    .venv/bin/python benchmarks/bench_negatives.py --reuse   # evaluate the runs in --workdir
 """
 import argparse
+import glob
+import json
 import os
+import subprocess
 import sys
 import time
 
 import cv2
-import mxnet as mx
 import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from gluondet.data import DemoDetection, VOCDetection  # noqa: E402
+from gluondet.data import VOCDetection  # noqa: E402
 from gluondet.data.base import read_image  # noqa: E402
-from gluondet.data.demo import DEMO_CLASSES  # noqa: E402
-from gluondet.demo import recipe_of  # noqa: E402
 from gluondet.deploy import Predictor  # noqa: E402
-from gluondet.engine import TrainConfig, fit  # noqa: E402
 from gluondet.files import atomic_write  # noqa: E402
 from gluondet.metrics.evaluation import evaluate_voc07  # noqa: E402
+from gluondet.plots import MetricsLog, metrics_path  # noqa: E402
 
 from common import Checks  # noqa: E402
 
 CARDS = os.path.join(os.path.dirname(ROOT), 'shared', 'datasets', 'cards', 'images')
 CARD_CLASSES = ('nine', 'ten', 'jack', 'queen', 'king', 'ace')
+RECIPE = os.path.join('model_zoo', 'cards_retinanet.sh')
 WINDOW = 0.4        # window side, of the photo's shorter side
 MARGIN = 8          # px between a window and every card box
 SCORES = (0.5, 0.25, 0.1)   # a detection scoring at least this on a negative is false
-CROP_SIZE = 256     # the demo images' size
+RUNS = (('without', ()), ('with', ('--background-images',)))
 
 
 def card_free_windows(width, height, boxes, count):
@@ -77,7 +81,8 @@ def _overlaps(window, boxes):
 
 
 def write_crops(split, folder, per_photo):
-    """The card-free windows of the cards' ``split`` photos as JPEGs in ``folder``."""
+    """The card-free windows of the cards' ``split`` photos as JPEGs (at the photo's own
+    resolution) in ``folder``; returns their paths."""
     photos = VOCDetection(CARDS, splits=(split,), classes=CARD_CLASSES)
     os.makedirs(folder, exist_ok=True)
     paths = []
@@ -89,10 +94,8 @@ def write_crops(split, folder, per_photo):
         image = read_image(photos.image_path(i)).asnumpy()
         stem = os.path.splitext(os.path.basename(photos.image_path(i)))[0]
         for k, (x0, y0, x1, y1) in enumerate(windows):
-            crop = cv2.resize(image[y0:y1, x0:x1], (CROP_SIZE, CROP_SIZE),
-                              interpolation=cv2.INTER_AREA)
             path = os.path.join(folder, 'bg_%s_%d.jpg' % (stem, k))
-            ok, data = cv2.imencode('.jpg', cv2.cvtColor(crop, cv2.COLOR_RGB2BGR),
+            ok, data = cv2.imencode('.jpg', cv2.cvtColor(image[y0:y1, x0:x1], cv2.COLOR_RGB2BGR),
                                     [cv2.IMWRITE_JPEG_QUALITY, 95])
             assert ok, path
             atomic_write(path, data.tobytes())
@@ -100,54 +103,77 @@ def write_crops(split, folder, per_photo):
     return paths
 
 
-def voc_xml(filename, width, height, label, classes):
-    """A LabelImg xml of ``label`` (0-based pixels; VOC writes 1-based)."""
-    objects = ''.join(
-        '<object><name>%s</name><difficult>0</difficult><bndbox><xmin>%g</xmin><ymin>%g'
-        '</ymin><xmax>%g</xmax><ymax>%g</ymax></bndbox></object>'
-        % ((classes[int(row[4])],) + tuple(float(v) + 1 for v in row[:4])) for row in label)
-    return ('<annotation><filename>%s</filename><size><width>%d</width><height>%d</height>'
-            '<depth>3</depth></size>%s</annotation>' % (filename, width, height, objects))
+def link_split(split, folder):
+    """Symlinks in ``folder`` to every file (photos and xml) of the cards' ``split``."""
+    source = os.path.join(CARDS, split)
+    os.makedirs(folder, exist_ok=True)
+    for name in sorted(os.listdir(source)):
+        link = os.path.join(folder, name)
+        if not os.path.lexists(link):
+            os.symlink(os.path.join(source, name), link)
 
 
-def build_folder(workdir, demo_images):
-    """The training folder (demo images with xml, card-free crops without) and the held-out
-    negatives; returns ``(train folder, held-out paths, crops in the train folder)``."""
-    train = os.path.join(workdir, 'train')
-    demo = DemoDetection('train', demo_images, seed=0, root=os.path.join(workdir, 'demo'))
-    os.makedirs(train, exist_ok=True)
-    for i in range(len(demo)):
-        name = 'demo_%06d.jpg' % i
-        link = os.path.join(train, name)
-        if not os.path.exists(link):
-            os.symlink(demo.image_path(i), link)
-        width, height = demo.image_size(i)
-        atomic_write(os.path.join(train, 'demo_%06d.xml' % i),
-                     voc_xml(name, width, height, demo.label(i), DEMO_CLASSES).encode())
-    crops = write_crops('train', train, per_photo=1)
+def build_folder(workdir, per_photo):
+    """The dataset root (``train``: photos with xml and card-free crops without; ``test``)
+    and the held-out negatives; returns ``(root, train crops, held-out paths)``."""
+    root = os.path.join(workdir, 'data')
+    link_split('train', os.path.join(root, 'train'))
+    link_split('test', os.path.join(root, 'test'))
+    crops = write_crops('train', os.path.join(root, 'train'), per_photo)
     held_out = write_crops('test', os.path.join(workdir, 'negatives'), per_photo=2)
-    return train, held_out, crops
+    return root, crops, held_out
 
 
-def run(name, train, val, held_out, args):
-    """Train the recipe on ``train`` (or, with ``--reuse``, load the model it saved); its
-    false detections on ``held_out`` at each of ``SCORES`` and its val mAP."""
-    recipe = recipe_of('yolo3')
-    prefix = os.path.join(args.workdir, 'runs', name, recipe.network)
-    start = time.time()
-    if args.reuse and os.path.isfile(prefix + '_best.params'):
-        predictor = Predictor.from_model(prefix + '_best.params')
-        mean_ap = evaluate_voc07(predictor, val)['mAP']
-    else:
-        task = recipe.make_task(train, val, 0)
-        result = fit(task, TrainConfig.from_dict(dict(
-            recipe.settings, epochs=args.epochs, val_interval=args.epochs, seed=recipe.seed,
-            num_workers=0, gpus='', log_interval=50, save_prefix=prefix),
-            source='bench_negatives'))
-        predictor, mean_ap = task.predictor(result.net, [mx.cpu()]), result.metrics['mAP']
+def train(root, args):
+    """Run the recipe for each of ``RUNS`` on ``root``, one after the other or, with
+    ``--concurrent``, all at once (``nice -n 5``, one thread each); each logs to
+    ``runs/<run>.log`` and has its minutes written to ``runs/<run>.json``."""
+    runs = os.path.join(args.workdir, 'runs')
+    env, nice = dict(os.environ), []
+    if args.concurrent:
+        env.update(OMP_NUM_THREADS='1', MXNET_CPU_WORKER_NTHREADS='1')
+        nice = ['nice', '-n', '5']
+    started = []
+    for name, flags in RUNS:
+        os.makedirs(os.path.join(runs, name), exist_ok=True)
+        command = nice + ['sh', RECIPE, os.path.join(runs, name, ''), root,
+                          '--epochs', str(args.epochs)] + list(flags)
+        print(' '.join(command), flush=True)
+        with open(os.path.join(runs, name + '.log'), 'w') as log:
+            started.append((name, time.time(), subprocess.Popen(
+                command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)))
+        if not args.concurrent:
+            _finish(runs, *started.pop())
+    for run in started:
+        _finish(runs, *run)
+
+
+def _finish(runs, name, start, process):
+    """Wait for one run; exit naming its log if it failed, else write its minutes."""
+    if process.wait():
+        sys.exit('bench_negatives: the %s run failed (exit %d), see %s'
+                 % (name, process.returncode, os.path.join(runs, name + '.log')))
+    atomic_write(os.path.join(runs, name + '.json'),
+                 json.dumps(dict(minutes=(time.time() - start) / 60)).encode())
+
+
+def evaluate(name, test, held_out, workdir, checks):
+    """A run's saved model: its false detections on ``held_out`` at each of ``SCORES``, its
+    mAP on ``test`` (checked against the run's own best validation) and its minutes."""
+    runs = os.path.join(workdir, 'runs')
+    saved = glob.glob(os.path.join(runs, name, '*_best.params'))
+    if len(saved) != 1:
+        sys.exit('bench_negatives: expected one *_best.params in %s, found %d (train without '
+                 '--reuse first)' % (os.path.join(runs, name), len(saved)))
+    predictor = Predictor.from_model(saved[0])
     scores = [d.scores for d in predictor.detect([read_image(p) for p in held_out])]
-    row = dict(run=name, images=len(train), background=train.report.background,
-               map=float(mean_ap), minutes=(time.time() - start) / 60)
+    mean_ap = float(evaluate_voc07(predictor, test)['mAP'])
+    validated = max(m['mAP'] for _, _, m in MetricsLog(metrics_path(
+        saved[0][:-len('_best.params')])).read().val)
+    checks.check(abs(mean_ap - validated) < 1e-3, '%s: mAP %.4f of the saved model, %.4f in '
+                 "the run's validation" % (name, mean_ap, validated))
+    with open(os.path.join(runs, name + '.json')) as f:
+        row = dict(run=name, map=mean_ap, minutes=json.load(f)['minutes'])
     for score in SCORES:
         counts = np.array([int((s >= score).sum()) for s in scores])
         row[score] = (float(counts.mean()), float((counts > 0).mean()))
@@ -157,36 +183,39 @@ def run(name, train, val, held_out, args):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('--workdir', default='/tmp/gluondet_bench_negatives')
-    parser.add_argument('--demo-images', type=int, default=600)
-    parser.add_argument('--val-images', type=int, default=200)
-    parser.add_argument('--epochs', type=int, default=10)
+    parser.add_argument('--epochs', type=int, default=12, help="the recipe's 12 by default")
+    parser.add_argument('--crops-per-photo', type=int, default=1,
+                        help='background images made of each train photo (at most)')
+    parser.add_argument('--concurrent', action='store_true',
+                        help='run the two trainings at once (two processes)')
     parser.add_argument('--reuse', action='store_true',
-                        help="evaluate the models a run left in --workdir instead of training")
+                        help="evaluate the models the runs left in --workdir instead of training")
     args = parser.parse_args()
     checks = Checks()
     if not os.path.isdir(CARDS):
         sys.exit('bench_negatives: the cards photos are not at %s' % CARDS)
-    folder, held_out, crops = build_folder(args.workdir, args.demo_images)
-    val = DemoDetection('val', args.val_images, seed=0, root=os.path.join(args.workdir, 'demo'))
-    print('training folder %s: %d demo images with an xml, %d card-free crops without; '
-          '%d held-out negatives (cards test photos)' % (folder, args.demo_images, len(crops),
-                                                        len(held_out)), flush=True)
-    rows = []
-    for name, background in (('without', False), ('with', True)):
-        train = VOCDetection(folder, classes=DEMO_CLASSES, layout='labelimg',
-                             background_images=background)
-        checks.check(train.report.background == (len(crops) if background else 0),
-                     '%s: %d background images read' % (name, train.report.background))
-        rows.append(run(name, train, val, held_out, args))
-        print(rows[-1], flush=True)
-    print('\n| negatives in training | training images (background) | %s | demo val mAP | '
-          'minutes |' % ' | '.join('false detections / negative (negatives with any), score '
-                                   '>= %g' % score for score in SCORES))
+    root, crops, held_out = build_folder(args.workdir, args.crops_per_photo)
+    images = {}
+    for name, flags in RUNS:
+        read = VOCDetection(root, splits=('train',), classes=CARD_CLASSES,
+                            background_images=bool(flags))
+        checks.check(read.report.background == (len(crops) if flags else 0),
+                     '%s: %d background images read' % (name, read.report.background))
+        images[name] = '%d (%d)' % (len(read), read.report.background)
+    print('dataset root %s: train %d photos with an xml and %d card-free crops without; '
+          '%d held-out negatives (card-free crops of the test photos)'
+          % (root, len(read) - len(crops), len(crops), len(held_out)), flush=True)
+    if not args.reuse:
+        train(root, args)
+    test = VOCDetection(root, splits=('test',), classes=CARD_CLASSES)
+    rows = [evaluate(name, test, held_out, args.workdir, checks) for name, _ in RUNS]
+    print('\n| negatives in training | training images (background) | %s | cards test mAP '
+          '| minutes |' % ' | '.join('false detections / negative (negatives with any), '
+                                     'score >= %g' % s for s in SCORES))
     print('|---|---|%s---|---|' % ('---|' * len(SCORES)))
     for row in rows:
-        print('| %s | %d (%d) | %s | %.4f | %.1f |' % (
-            row['run'], row['images'], row['background'], ' | '.join(
-                '%.3f (%.1f%%)' % (row[s][0], 100 * row[s][1]) for s in SCORES),
+        print('| %s | %s | %s | %.4f | %.1f |' % (row['run'], images[row['run']], ' | '.join(
+            '%.3f (%.1f%%)' % (row[s][0], 100 * row[s][1]) for s in SCORES),
             row['map'], row['minutes']))
     checks.exit()
 
