@@ -142,6 +142,15 @@ def digests(paths):
     return result
 
 
+def fails_keeping(argv, capsys, prog, reason, named, files, before, disk):
+    """``gluondet argv`` fails with one line of ``reason`` naming ``named``, and ``files`` keep
+    their ``before`` digests, with no temporary file left on ``disk``."""
+    assert gluondet_cli.main(argv) == 1
+    one_line_error(capsys.readouterr().err, prog, reason, named)
+    assert digests(files) == before
+    no_temporary_files(disk)
+
+
 def test_mxnet_files_written_by_python_are_mxnets_bytes(tmp_path):
     arrays = {'w': mx.nd.arange(6).reshape(2, 3), 'b:0': mx.nd.ones(4, dtype='float16'),
               'i': mx.nd.array([1, 2], dtype='int64'), 'é': mx.nd.ones(1)}
@@ -250,18 +259,13 @@ def test_export_to_a_full_or_read_only_disk_keeps_the_last_model(fmt, straight, 
         capsys.readouterr()
 
         fill(os.path.join(disk, 'filler'))
-        assert gluondet_cli.main(argv) == 1
-        one_line_error(capsys.readouterr().err, 'gluondet export', 'No space left on device',
-                       output)
-        assert digests(files) == before
-        no_temporary_files(disk)
+        fails_keeping(argv, capsys, 'gluondet export', 'No space left on device', output,
+                      files, before, disk)
 
         os.remove(os.path.join(disk, 'filler'))
         remount(disk, 'ro')
-        assert gluondet_cli.main(argv) == 1
-        one_line_error(capsys.readouterr().err, 'gluondet export', 'Read-only file system',
-                       output)
-        assert digests(files) == before
+        fails_keeping(argv, capsys, 'gluondet export', 'Read-only file system', output,
+                      files, before, disk)
         if fmt == 'symbol':     # the kept model loads
             mx.gluon.SymbolBlock.imports(files[0], ['data'], files[1])
 
@@ -282,16 +286,11 @@ def test_convert_on_a_disk_that_fills_or_is_read_only_keeps_the_last_records(str
         room = sum(os.path.getsize(p) for p in first)
         # room for the first shard (and a page more) but not the second: full mid-run
         fill(os.path.join(disk, 'filler'), leave=room + 8192)
-        assert gluondet_cli.main(argv) == 1
-        one_line_error(capsys.readouterr().err, 'gluondet convert', 'No space left on device',
-                       prefix + '-fold-000-of-001-shard-00001-of-00002.')
+        fails_keeping(argv, capsys, 'gluondet convert', 'No space left on device',
+                      prefix + '-fold-000-of-001-shard-00001-of-00002.', files, before, disk)
         assert sorted(glob.glob(prefix + '*')) == files
-        assert digests(files) == before
-        no_temporary_files(disk)
 
         os.remove(os.path.join(disk, 'filler'))
         remount(disk, 'ro')
-        assert gluondet_cli.main(argv) == 1
-        one_line_error(capsys.readouterr().err, 'gluondet convert', 'Read-only file system',
-                       prefix)
-        assert digests(files) == before
+        fails_keeping(argv, capsys, 'gluondet convert', 'Read-only file system', prefix,
+                      files, before, disk)
