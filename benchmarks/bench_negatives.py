@@ -6,9 +6,10 @@ deterministically in ``--workdir``:
 
 - ``data/train``: the cards' ``train`` photos (``../shared/datasets/cards/images``) with their
   xml (symlinks), and the background images a user would add, without an xml: up to
-  ``--crops-per-photo`` windows of each of those photos that touch no card (the first squares
-  of 0.4 of the photo's shorter side, in a grid of quarter steps, at least ``MARGIN`` px from
-  every card box, not overlapping), JPEGs at the photo's resolution;
+  ``--crops-per-photo`` windows of each of those photos (``--crop-every K``: of every K-th)
+  that touch no card (the first squares of 0.4 of the photo's shorter side, in a grid of
+  quarter steps, at least ``MARGIN`` px from every card box, not overlapping), JPEGs at the
+  photo's resolution;
 - ``data/test``: the cards' ``test`` photos with their xml (the recipe's validation split).
 
 ``without`` runs the recipe as it is (images without an xml are not read); ``with`` adds
@@ -80,13 +81,13 @@ def _overlaps(window, boxes):
     return bool(((width > 0) & (height > 0)).any())
 
 
-def write_crops(split, folder, per_photo):
-    """The card-free windows of the cards' ``split`` photos as JPEGs (at the photo's own
-    resolution) in ``folder``; returns their paths."""
+def write_crops(split, folder, per_photo, every=1):
+    """The card-free windows of every ``every``-th of the cards' ``split`` photos as JPEGs (at
+    the photo's own resolution) in ``folder``; returns their paths."""
     photos = VOCDetection(CARDS, splits=(split,), classes=CARD_CLASSES)
     os.makedirs(folder, exist_ok=True)
     paths = []
-    for i in range(len(photos)):
+    for i in range(0, len(photos), every):
         width, height = photos.image_size(i)
         windows = card_free_windows(width, height, photos.label(i), per_photo)
         if not windows:
@@ -113,13 +114,13 @@ def link_split(split, folder):
             os.symlink(os.path.join(source, name), link)
 
 
-def build_folder(workdir, per_photo):
+def build_folder(workdir, per_photo, every):
     """The dataset root (``train``: photos with xml and card-free crops without; ``test``)
     and the held-out negatives; returns ``(root, train crops, held-out paths)``."""
     root = os.path.join(workdir, 'data')
     link_split('train', os.path.join(root, 'train'))
     link_split('test', os.path.join(root, 'test'))
-    crops = write_crops('train', os.path.join(root, 'train'), per_photo)
+    crops = write_crops('train', os.path.join(root, 'train'), per_photo, every)
     held_out = write_crops('test', os.path.join(workdir, 'negatives'), per_photo=2)
     return root, crops, held_out
 
@@ -137,7 +138,7 @@ def train(root, args):
     for name, flags in RUNS:
         os.makedirs(os.path.join(runs, name), exist_ok=True)
         command = nice + ['sh', RECIPE, os.path.join(runs, name, ''), root,
-                          '--epochs', str(args.epochs)] + list(flags)
+                          '--epochs', str(args.epochs), '--seed', str(args.seed)] + list(flags)
         print(' '.join(command), flush=True)
         with open(os.path.join(runs, name + '.log'), 'w') as log:
             started.append((name, time.time(), subprocess.Popen(
@@ -186,6 +187,10 @@ def main():
     parser.add_argument('--epochs', type=int, default=12, help="the recipe's 12 by default")
     parser.add_argument('--crops-per-photo', type=int, default=1,
                         help='background images made of each train photo (at most)')
+    parser.add_argument('--crop-every', type=int, default=1,
+                        help='make background images of every this many-th train photo only '
+                             '(8: about 10%% of the training images, as Ultralytics suggests)')
+    parser.add_argument('--seed', type=int, default=1, help="the recipe's 1 by default")
     parser.add_argument('--concurrent', action='store_true',
                         help='run the two trainings at once (two processes)')
     parser.add_argument('--reuse', action='store_true',
@@ -194,7 +199,8 @@ def main():
     checks = Checks()
     if not os.path.isdir(CARDS):
         sys.exit('bench_negatives: the cards photos are not at %s' % CARDS)
-    root, crops, held_out = build_folder(args.workdir, args.crops_per_photo)
+    root, crops, held_out = build_folder(args.workdir, args.crops_per_photo,
+                                          args.crop_every)
     images = {}
     for name, flags in RUNS:
         read = VOCDetection(root, splits=('train',), classes=CARD_CLASSES,

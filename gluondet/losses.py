@@ -42,6 +42,15 @@ def _total(values):
     return nd.maximum(process_share(total), 1)
 
 
+def _positives(target, background):
+    """Per image of ``B x A`` class targets its positive anchors, or ``background`` for an
+    image without."""
+    count = (target > 0).sum(axis=1)
+    if not background:
+        return count
+    return nd.where(count > 0, count, nd.ones_like(count) * background)
+
+
 class SSDMultiBoxLoss(gluon.Block):
     r"""SSD loss: softmax cross-entropy with hard-negative mining + smooth L1.
 
@@ -91,7 +100,8 @@ class SSDMultiBoxLoss(gluon.Block):
     def forward(self, cls_pred, box_pred, cls_target, box_target):
         cls_pred, box_pred, cls_target, box_target = [
             _as_list(x) for x in (cls_pred, box_pred, cls_target, box_target)]
-        total = _total([self._positives(ct).sum() for ct in cls_target])
+        background = self._background / self._ratio if self._ratio else 0
+        total = _total([_positives(ct, background).sum() for ct in cls_target])
         sum_losses, cls_losses, box_losses = [], [], []
         for cp, bp, ct, bt in zip(cls_pred, box_pred, cls_target, box_target):
             norm = total.as_in_context(cp.context)
@@ -102,13 +112,6 @@ class SSDMultiBoxLoss(gluon.Block):
             box_losses.append(box_loss)
             sum_losses.append(cls_loss + self._lambd * box_loss)
         return sum_losses, cls_losses, box_losses
-
-    def _positives(self, target):
-        """Per image, its positives, or for one without, what it counts as (``B``)."""
-        count = (target > 0).sum(axis=1)
-        if not self._ratio:
-            return count
-        return nd.where(count > 0, count, nd.ones_like(count) * (self._background / self._ratio))
 
     def _cls_loss(self, pred, target):
         """Cross-entropy of positives and hard negatives, ``B x A``, 0 elsewhere."""
@@ -225,7 +228,8 @@ class _FocalLossProp(mx.operator.CustomOpProp):
 class RetinaNetLoss(gluon.Block):
     r"""RetinaNet's loss: sigmoid focal loss over every anchor not ignored + box regression
     over the positives, both divided by the number of positive anchors of the whole batch
-    (over all contexts, at least 1).
+    (over all contexts, at least 1), where an image without positives (a background image)
+    counts as ``background_positives``.
 
     Parameters
     ----------
@@ -237,6 +241,11 @@ class RetinaNetLoss(gluon.Block):
         Factor of the box loss (TAO's ``loc_loss_weight``).
     class_weights : sequence of float or None
         Factor of each foreground class's focal loss (TAO's class weighting).
+    background_positives : int
+        The positives a background image counts as in the normalizer. 0 (ODTK's): a batch of
+        background images only is divided by 1, so its focal loss over every anchor weighs
+        as much as that of a batch with one positive anchor, up to hundreds of times a usual
+        batch's (which collapsed training on the cards; docs/benchmarks.md).
 
     Inputs (lists over contexts): ``cls_pred`` ``B x A x C`` logits, ``box_pred`` ``B x A
     x 4``, ``cls_target`` ``B x A`` (0 background, ``k + 1`` class ``k``, -1 ignored),
@@ -246,16 +255,17 @@ class RetinaNetLoss(gluon.Block):
     """
 
     def __init__(self, alpha=0.25, gamma=2.0, rho=0.11, loc_weight=1.0, class_weights=None,
-                 **kwargs):
+                 background_positives=0, **kwargs):
         super().__init__(**kwargs)
         self.focal = FocalLoss(alpha, gamma)
+        self._background_positives = background_positives
         self._rho, self._loc_weight = rho, loc_weight
         self._class_weights = None if class_weights is None else tuple(class_weights)
 
     def forward(self, cls_pred, box_pred, cls_target, box_target):
         cls_pred, box_pred, cls_target, box_target = [
             _as_list(x) for x in (cls_pred, box_pred, cls_target, box_target)]
-        total = _total([(ct > 0).sum() for ct in cls_target])
+        total = _total([_positives(ct, self._background_positives).sum() for ct in cls_target])
         out = {'loss_cls': [], 'loss_box': []}
         for cp, bp, ct, bt in zip(cls_pred, box_pred, cls_target, box_target):
             norm = total.as_in_context(cp.context)
@@ -281,6 +291,7 @@ class RetinaNetLoss(gluon.Block):
             box = _box_loss(bp, bt, ct > 0, self._rho).sum(axis=(1, 2))
             out['loss_box'].append(nd.broadcast_div(box, norm) * self._loc_weight)
         return out
+
 
 
 class RCNNLoss(gluon.Block):

@@ -17,7 +17,7 @@ from gluondet.data import (COCODetection, DemoDetection, KITTIDetection, RecordD
 from gluondet.data.batchify import Pad
 from gluondet.data.mixup import MixupDetection
 from gluondet.errors import UserError
-from gluondet.losses import SSDMultiBoxLoss
+from gluondet.losses import RetinaNetLoss, SSDMultiBoxLoss
 from gluondet.metrics import COCODetectionMetric, VOC07MApMetric
 from gluondet.tasks import FasterRCNNTask, RetinaNetTask, SSDTask
 from gluondet.tasks.yolo3 import YOLO3Task
@@ -277,6 +277,30 @@ def test_ssd_loss_mines_hard_negatives_of_a_background_image():
                                                           box_target[:1])
     np.testing.assert_allclose(alone[0].asnumpy(), [np.sort(ce[0])[::-1][:6].sum() / 2],
                                rtol=1e-5)
+
+
+def test_retinanet_loss_counts_a_background_image_as_positives():
+    rng = np.random.RandomState(0)
+    cls_pred = mx.nd.array(rng.normal(-2, 1, (3, 30, 4)))
+    box_pred = mx.nd.array(rng.normal(0, 1, (3, 30, 4)))
+    box_target = mx.nd.array(rng.normal(0, 1, (3, 30, 4)))
+    target = np.zeros((3, 30), np.float32)
+    target[2, :5] = 2       # image 2: five positives; images 0 and 1: background images
+    target[2, 5] = -1       # one ignored anchor
+    args = (cls_pred, box_pred, mx.nd.array(target), box_target)
+    odtk = RetinaNetLoss(alpha=0.25, gamma=2.0)(*args)
+    ours = RetinaNetLoss(alpha=0.25, gamma=2.0, background_positives=16)(*args)
+    for name in ('loss_cls', 'loss_box'):   # the same sums, divided by 5 and by 5 + 2 * 16
+        np.testing.assert_allclose(ours[name][0].asnumpy() * (5 + 2 * 16),
+                                   odtk[name][0].asnumpy() * 5, rtol=1e-5)
+    assert ours['loss_box'][0].asnumpy()[:2].tolist() == [0, 0]
+    # a batch of background images only: ODTK's divides by 1, 16 each here
+    alone = [x[:2] for x in args]
+    np.testing.assert_allclose(
+        RetinaNetLoss(background_positives=16)(*alone)['loss_cls'][0].asnumpy() * 32,
+        RetinaNetLoss()(*alone)['loss_cls'][0].asnumpy(), rtol=1e-5)
+    assert RetinaNetTask('retinanet_resnet18_v1b_custom', _demo(), _demo(),
+                         pretrained_base=False).loss._background_positives == 16
 
 
 # -- evaluation --------------------------------------------------------------------------
