@@ -237,4 +237,4 @@ def test_forward_stops_at_the_last_stage_asked_for():
         with pytest.raises(ValueError, match='out_stages'):
             get_backbone('resnet18_v1b', out_stages=bad)
     with pytest.raises(ValueError, match='num_layers'):
-        ResNetV1b(152)
+        ResNetV1b(200)
