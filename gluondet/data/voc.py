@@ -348,10 +348,10 @@ class VOCDetection(DetectionDataset):
             annotation = parse_voc_xml(xml_path)
             path = self._image_path(xml_path, image_id, image_dir, annotation)
         except DatasetError as error:
-            image = image_id and safe_join(image_dir, image_id + '.jpg')
-            if (self._background_images and error.reason == 'missing_annotation' and image
-                    and os.path.isfile(image)):
-                return self._background(image, listed_in)
+            if self._background_images and error.reason == 'missing_annotation' and image_id:
+                image = safe_join(image_dir, image_id + '.jpg')
+                if image and os.path.isfile(image):
+                    return self._background(image, listed_in)
             self._fail(error)
             return None
         size = self._image_size_or_skip(path, xml_path, annotation.size)
