@@ -6,3 +6,12 @@ from . import _mxnet  # noqa: E402
 _mxnet.prepare()   # which MXNet build; a CUDA build's libraries from the nvidia-* wheels
 
 __version__ = '0.1.0'
+
+
+def __getattr__(name):
+    """``gluondet.Detector`` and ``gluondet.Results`` (:mod:`gluondet.model`), imported when
+    first used: ``import gluondet`` stays light."""
+    if name in ('Detector', 'Results'):
+        from . import model
+        return getattr(model, name)
+    raise AttributeError('module %r has no attribute %r' % (__name__, name))

@@ -119,6 +119,17 @@ def network_name(args):
     return '%s_%s' % (arch, dataset)
 
 
+def network_flags(network):
+    """The flags naming the zoo network ``network`` (``faster_rcnn_fpn_resnet50_v1b_coco`` ->
+    ``--network resnet50_v1b --use-fpn``): `network_name`'s inverse."""
+    arch = network[len('faster_rcnn_'):].rsplit('_', 1)[0]
+    flags = []
+    for part, flag in (('fpn_', ['--use-fpn']), ('syncbn_', ['--norm-layer', 'syncbn'])):
+        if arch.startswith(part):
+            arch, flags = arch[len(part):], flags + flag
+    return ['--network', arch] + flags
+
+
 def notices(args, name):
     """One line per choice the user should know of: a ``_custom`` fallback, ignored flags."""
     lines = []

@@ -181,6 +181,12 @@ def network_name(args):
     return '%s_%s' % (arch, config.zoo_dataset(args))
 
 
+def network_flags(network):
+    """The flags naming the zoo network ``network`` (``retinanet_resnet50_v1b_coco`` ->
+    ``--network resnet50_v1b``): `network_name`'s inverse."""
+    return ['--network', network[len('retinanet_'):].rsplit('_', 1)[0]]
+
+
 def head_flags(args, from_scratch):
     """``({'head_norm': ..., 'head_init': ...}, a log line)``: the flags as given; unset, the
     paper's heads, or `SCRATCH_HEADS` when the whole network starts from scratch (the line

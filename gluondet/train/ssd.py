@@ -72,6 +72,13 @@ def network_name(args):
     return '%s_%s' % (arch, config.zoo_dataset(args))
 
 
+def network_flags(network):
+    """The flags naming the zoo network ``network`` (``ssd_512_resnet50_v1_voc`` ->
+    ``--network resnet50_v1 --data-shape 512``): `network_name`'s inverse."""
+    size, _, rest = network[len('ssd_'):].partition('_')
+    return ['--network', rest.rsplit('_', 1)[0], '--data-shape', size]
+
+
 def main(argv=None):
     args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format='%(message)s')

@@ -86,6 +86,12 @@ def network_name(args):
     return '%s_%s' % (arch, dataset)
 
 
+def network_flags(network):
+    """The flags naming the zoo network ``network`` (``yolo3_darknet53_voc`` -> ``--network
+    darknet53``): `network_name`'s inverse."""
+    return ['--network', network[len('yolo3_'):].rsplit('_', 1)[0]]
+
+
 def schedule(args):
     """The `TrainConfig` settings of GluonCV's ``--warmup-lr``, ``--lr-decay-period`` and
     ``--num-samples`` (epochs of that many images: the warmup and decays in steps)."""

@@ -1,0 +1,372 @@
+"""One Python object that trains, validates, predicts and exports a detector, as Ultralytics'
+users know it.
+
+>>> from gluondet import Detector
+>>> d = Detector('ssd_160_mobilenet0.5_custom')           # a zoo name, a .params, a .onnx ...
+>>> d.train(data='demo', epochs=1, batch_size=8, save_prefix='runs/demo/')   # doctest: +SKIP
+>>> d.model                                               # doctest: +SKIP
+'runs/demo/ssd_160_mobilenet0.5_custom_best.params'
+>>> d.val(data='demo')['mAP']                             # doctest: +SKIP
+>>> for r in d.predict('video.mp4', conf=0.3, track=True):   # doctest: +SKIP
+...     print(r.frame, r.boxes, r.labels(), r.track_ids)
+>>> d.export('onnx')                                      # doctest: +SKIP
+'runs/demo/ssd_160_mobilenet0.5_custom_best.onnx'
+
+It is a thin layer: ``train`` runs the detector's training command (the flags of
+``scripts/train_{detector}.py``, checked by the command's own parser, as an experiment
+spec's keys are: :mod:`gluondet.tools.spec`), ``val`` is ``gluondet evaluate``
+(:func:`gluondet.deploy.commands.evaluate_model`), ``predict`` runs the one
+:class:`~gluondet.deploy.Predictor` of every backend over a source, and ``export`` is
+``gluondet export`` (:func:`gluondet.deploy.commands.export_model`).
+"""
+import glob
+import os
+
+import numpy as np
+
+from .deploy.predictor import Predictor, list_images
+from .deploy.sources import source_kind
+from .metadata import read_json
+from .visualize import draw_boxes, save_image
+
+__all__ = ['Detector', 'Results']
+
+DEFAULT_SAVE_PREFIX = 'runs/train/'
+
+
+class Results:
+    """The detections of one image or video frame, in its original pixels.
+
+    Attributes
+    ----------
+    source : str or None
+        The file, folder item, stream or video the image came from (None for an array).
+    frame : int
+        Index of the image in the source (a video's frame number).
+    image : numpy.ndarray
+        The ``H x W x 3`` uint8 RGB image.
+    boxes : numpy.ndarray
+        ``N x 4`` float32 ``xmin, ymin, xmax, ymax``, best first.
+    scores : numpy.ndarray
+        ``N`` float32.
+    class_ids : numpy.ndarray
+        ``N`` int64 indices into ``names``.
+    names : tuple of str
+        The model's class names.
+    track_ids : numpy.ndarray or None
+        ``N`` int64 track ids (-1: not tracked) when predicting with ``track=True``.
+    """
+
+    def __init__(self, source, frame, image, detections, names, track_ids=None):
+        self.source = source
+        self.frame = frame
+        self.image = image
+        self.boxes = detections.boxes
+        self.scores = detections.scores
+        self.class_ids = detections.ids
+        self.names = tuple(names)
+        self.track_ids = track_ids
+
+    def __len__(self):
+        return len(self.scores)
+
+    def __repr__(self):
+        return 'Results(%s, frame %d, %d detections)' % (self.source, self.frame, len(self))
+
+    def labels(self):
+        """The class name of each detection."""
+        return [self.names[i] for i in self.class_ids]
+
+    def to_list(self):
+        """One dict per detection: ``box`` (xyxy), ``score``, ``class_id``, ``name`` and, when
+        tracking, ``track_id``."""
+        rows = []
+        for i, (box, score, cls) in enumerate(zip(self.boxes.tolist(), self.scores.tolist(),
+                                                  self.class_ids.tolist())):
+            row = {'box': box, 'score': score, 'class_id': cls, 'name': self.names[cls]}
+            if self.track_ids is not None:
+                row['track_id'] = int(self.track_ids[i])
+            rows.append(row)
+        return rows
+
+    def plot(self, conf=0.0):
+        """The image with the boxes scoring at least ``conf`` drawn (class, score, track id).
+
+        Returns
+        -------
+        numpy.ndarray
+            ``H x W x 3`` uint8 RGB.
+        """
+        names = list(self.names)
+        if self.track_ids is not None:      # a name per detection: class and track
+            names = ['%s #%d' % (self.names[c], t) if t >= 0 else self.names[c]
+                     for c, t in zip(self.class_ids, self.track_ids)]
+            return draw_boxes(self.image, self.boxes, np.arange(len(self)), self.scores, names,
+                              threshold=conf)
+        return draw_boxes(self.image, self.boxes, self.class_ids, self.scores, names,
+                          threshold=conf)
+
+    def save(self, path, conf=0.0):
+        """Write :meth:`plot` to ``path`` (the format from its extension; atomically).
+        Returns ``path``."""
+        folder = os.path.dirname(os.path.abspath(path))
+        os.makedirs(folder, exist_ok=True)
+        save_image(path, self.plot(conf))
+        return path
+
+
+class Detector:
+    """A detector to train, validate, run and export.
+
+    Parameters
+    ----------
+    model : str
+        What ``gluondet infer --model`` takes: a model zoo name (``ssd_512_mobilenet1.0_voc``;
+        weights from ``params`` or ``pretrained``, else the zoo's initialization), a training
+        output ``PREFIX_best.params`` (its json beside), an MXNet symbol prefix, an ONNX model
+        (``.onnx``) or a TensorRT engine. Exported models predict, validate and export no
+        further; only zoo names and ``.params`` train.
+    backend : str, optional
+        The runtime of ``predict`` and ``val`` (default: the model's, see
+        :meth:`Predictor.from_model <gluondet.deploy.Predictor.from_model>`).
+    params : str, optional
+        Weights for a zoo name (a gluondet or GluonCV ``.params``).
+    pretrained : bool
+        A zoo name's published weights.
+    classes : sequence of str, optional
+        Class names where the model does not record them (and of a ``*_custom`` zoo name).
+    data_shape : int or (int, int), optional
+        Input size of a fixed-size model (SSD, YOLOv3).
+    """
+
+    def __init__(self, model, backend=None, params=None, pretrained=False, classes=None,
+                 data_shape=None):
+        self.model = os.fspath(model)
+        self.backend = backend
+        self.params = params
+        self.pretrained = pretrained
+        self.classes = None if classes is None else tuple(classes)
+        self.data_shape = data_shape
+        self.data = None        # the data flags of the last train(), for val()
+        self._predictors = {}
+
+    def __repr__(self):
+        return 'Detector(%r)' % self.model
+
+    # ------------------------------------------------------------ train
+
+    def network(self):
+        """The model zoo name of a zoo name or a training output; ValueError for exports."""
+        kind = source_kind(self.model)
+        if kind != 'zoo':
+            raise ValueError('%s is an exported model: it predicts, validates and exports, but '
+                             'only a zoo name or a training output .params trains' % self.model)
+        if self.model.lower().endswith('.params'):
+            json_path = os.path.splitext(self.model)[0] + '.json'
+            return read_json(json_path, 'training output description')['meta']['network']
+        return self.model
+
+    def train(self, data=None, epochs=None, save_prefix=DEFAULT_SAVE_PREFIX, **flags):
+        """Train with the detector's training command; the model becomes its best weights.
+
+        Parameters
+        ----------
+        data : str or dict, optional
+            ``'demo'`` (the embedded synthetic set), a dataset folder (a VOC folder or
+            devkit, a LabelImg folder, a KITTI folder with ``training/image_2``, a COCO folder
+            with ``annotations/``), a flat experiment spec (``.yaml``/``.json``: its keys are
+            the flags) or a dict of the dataset flags (``{'dataset': 'coco', 'train_json':
+            ...}``). Default: the command's own (``--dataset voc`` in GluonCV's root).
+        epochs : int, optional
+        save_prefix : str
+            Where checkpoints and logs go (``runs/train/`` by default).
+        **flags
+            Any flag of ``scripts/train_{detector}.py`` by its name (``batch_size=8``,
+            ``lr=0.01``, ``gpus='0,1'``, ``amp=True``, ``classes=['a', 'b']``).
+
+        Returns
+        -------
+        dict
+            The last validation's metrics (``mAP``, ``AP/<class>``), empty without one.
+        """
+        from . import detectors
+        from .tools.spec import Schema, read_spec, detector_of
+        network = self.network()
+        row = detectors.of_network(network)
+        module = row.module()
+        values = {}
+        if isinstance(data, str) and data.lower().endswith(('.yaml', '.yml', '.json')):
+            spec = read_spec(data)
+            if detectors.get(detector_of(spec, data)).name != row.name:
+                raise ValueError('%s trains %s, not %s (%s)' % (
+                    data, detector_of(spec, data), row.display, network))
+            values.update({k: v for k, v in spec.items() if k not in ('detector',
+                                                                        'architecture')})
+        elif data is not None:
+            values.update(data_flags(data))
+        if self.classes is not None:
+            values.setdefault('classes', list(self.classes))
+        values.update(flags)
+        if epochs is not None:
+            values['epochs'] = epochs
+        values['save_prefix'] = save_prefix
+        if self.model.lower().endswith('.params') or self.params:
+            # start from these weights: a resumed .params begins at --start-epoch
+            values.setdefault('resume', self.params or self.model)
+            values.setdefault('start_epoch', 0)
+        schema = Schema(module.build_parser())
+        argv = module.network_flags(network) + schema.argv(
+            schema.normalize(values, 'Detector.train'), 'Detector.train')
+        if save_prefix and os.path.dirname(save_prefix):
+            os.makedirs(os.path.dirname(save_prefix), exist_ok=True)
+        result = module.main(argv)
+        name = module.network_name(module.parse_args(argv))
+        best = save_prefix + name + '_best.params'
+        if os.path.isfile(best):
+            self.model, self.params, self.pretrained = best, None, False
+            self._predictors.clear()
+        self.data = {k: v for k, v in schema.normalize(values, 'Detector.train').items()
+                     if k in _DATA_KEYS}
+        return dict(getattr(result, 'metrics', None) or {})
+
+    # ------------------------------------------------------------ val
+
+    def val(self, data=None, split=None, batch_size=None, **options):
+        """Evaluate on a dataset: VOC07 mAP (and COCO's numbers on COCO data).
+
+        Parameters
+        ----------
+        data : str or dict, optional
+            As :meth:`train`'s (not a spec); default: the validation data of the last
+            :meth:`train`.
+        split : str, optional
+            The split to evaluate (default the validation split).
+        batch_size : int, optional
+        **options
+            More of :func:`~gluondet.deploy.commands.evaluate_model`'s keywords
+            (``iou_thresh``, ``ap``, ``plots``, ``nms``, ``views``).
+
+        Returns
+        -------
+        dict
+            ``mAP``, ``AP/<class>``, and ``coco`` for COCO data.
+        """
+        from .deploy.commands import evaluate_model
+        if data is None and self.data is None:
+            raise ValueError('val: give data (a dataset folder, "demo" or dataset flags): this '
+                             'Detector has not trained')
+        flags = data_flags(data) if data is not None else self.data
+        kwargs = dict(dataset=flags.get('dataset', 'voc'), dataset_root=flags.get('dataset_root'),
+                      split=split or flags.get('val_split'),
+                      annotation_file=flags.get('val_json'), image_root=flags.get('image_root'),
+                      records=flags.get('val_rec'), class_mapping=flags.get('class_mapping'))
+        if kwargs['split'] == 'val' and kwargs['dataset'] != 'demo':
+            kwargs['split'] = None
+        return evaluate_model(self.model, backend=self.backend, params=self.params,
+                              pretrained=self.pretrained, data_shape=self.data_shape,
+                              classes=self.classes, batch_size=batch_size, progress=False,
+                              **dict(kwargs, **options))
+
+    # ------------------------------------------------------------ predict
+
+    def predictor(self):
+        """The :class:`~gluondet.deploy.Predictor` of this model (made once)."""
+        if 'plain' not in self._predictors:
+            self._predictors['plain'] = Predictor.from_model(
+                self.model, self.backend, self.params, self.pretrained, self.data_shape,
+                self.classes)
+        return self._predictors['plain']
+
+    def predict(self, source, batch_size=None, stream=False):
+        """Detect objects in a source.
+
+        Parameters
+        ----------
+        source : str, array or list
+            An image file, a folder of images, a glob (``'images/*.jpg'``), an ``H x W x 3``
+            uint8 RGB array, or a list of files and arrays.
+        batch_size : int, optional
+        stream : bool
+            Return a generator (one :class:`Results` at a time, for long sources) instead of
+            a list.
+
+        Returns
+        -------
+        list of Results, or a generator of them
+        """
+        results = self._results(_inputs(source), self.predictor(), batch_size)
+        return results if stream else list(results)
+
+    __call__ = predict
+
+    @staticmethod
+    def _results(inputs, predictor, batch_size):
+        for item in predictor.predict(inputs, batch_size):
+            yield Results(item.source, item.index, item.image, item.detections,
+                          predictor.classes)
+
+    # ------------------------------------------------------------ export
+
+    def export(self, format='onnx', output=None, **options):
+        """Export the model (``gluondet export``); returns the main file written.
+
+        Parameters
+        ----------
+        format : {'onnx', 'symbol', 'tensorrt'}
+        output : str, optional
+            Default: beside a ``.params`` (its stem), else ``{zoo name}`` in the current
+            folder, with the format's extension (a symbol: the prefix).
+        **options
+            More of :func:`~gluondet.deploy.commands.export_model`'s keywords
+            (``batch_size``, ``dynamic_batch``, ``precision``, ``calibration_images``, ...).
+        """
+        from .deploy.commands import export_model
+        self.network()      # exported models export no further
+        if output is None:
+            stem = (os.path.splitext(self.model)[0] if self.model.lower().endswith('.params')
+                    else self.model)
+            output = stem + EXPORT_EXTENSIONS.get(format, '')
+        files = export_model(self.model, output, format, params=self.params,
+                             pretrained=self.pretrained, classes=self.classes,
+                             data_shape=self.data_shape, verbose=False, **options)
+        return output if format != 'tensorrt' else files[1]
+
+
+EXPORT_EXTENSIONS = {'onnx': '.onnx', 'tensorrt': '.engine', 'symbol': ''}
+_DATA_KEYS = ('dataset', 'dataset_root', 'classes', 'class_mapping', 'image_root',
+              'val_split', 'val_json', 'val_rec')
+
+
+def data_flags(data):
+    """The dataset flags of :meth:`Detector.train`'s ``data``: ``'demo'``, a folder (its format
+    recognized), or a dict of flags (returned as it is)."""
+    if isinstance(data, dict):
+        return dict(data)
+    data = os.fspath(data)
+    if data.lower() == 'demo':
+        return {'dataset': 'demo'}
+    if not os.path.isdir(data):
+        raise FileNotFoundError('no dataset folder %s (data is "demo", a VOC, LabelImg, KITTI '
+                                'or COCO folder, a spec .yaml or a dict of dataset flags)'
+                                % data)
+    if glob.glob(os.path.join(data, '*', 'label_2')) or os.path.isdir(
+            os.path.join(data, 'label_2')):
+        return {'dataset': 'kitti', 'dataset_root': data}
+    if glob.glob(os.path.join(data, 'annotations', '*.json')):
+        return {'dataset': 'coco', 'dataset_root': data}
+    return {'dataset': 'voc', 'dataset_root': data}
+
+
+def _inputs(source):
+    """The list of paths and arrays a source names (a glob expanded, a folder listed)."""
+    if isinstance(source, (list, tuple)):
+        return list(source)
+    if not isinstance(source, (str, os.PathLike)):
+        return [source]
+    source = os.fspath(source)
+    if glob.has_magic(source) and not os.path.exists(source):
+        paths = sorted(glob.glob(source))
+        if not paths:
+            raise FileNotFoundError('no file matches %s' % source)
+        return paths
+    return list_images(source)

@@ -1,0 +1,113 @@
+"""gluondet.Detector: one object that trains, validates, predicts and exports."""
+import os
+
+import numpy as np
+import pytest
+
+from gluondet import Detector, Results
+from gluondet.data import DemoDetection, write_kitti
+from gluondet.data.demo import DEMO_CLASSES
+from gluondet.model import data_flags
+from gluondet.tools.spec import SpecError
+
+NETWORK = 'ssd_160_mobilenet0.5_custom'
+
+
+@pytest.fixture(scope='module')
+def kitti(tmp_path_factory):
+    """A KITTI folder of demo images: training/ (16) and val/ (8)."""
+    root = tmp_path_factory.mktemp('kitti')
+    write_kitti(DemoDetection('train', num_images=16, image_size=128), str(root / 'training'))
+    write_kitti(DemoDetection('val', num_images=8, image_size=128), str(root / 'val'))
+    return str(root)
+
+
+@pytest.fixture(scope='module')
+def trained(kitti, tmp_path_factory):
+    """A Detector after one epoch on the KITTI folder, and what train() returned."""
+    out = tmp_path_factory.mktemp('run')
+    d = Detector(NETWORK, classes=DEMO_CLASSES)
+    metrics = d.train(data=kitti, epochs=1, batch_size=4, no_pretrained_base=True, gpus='',
+                      val_interval=1, save_prefix=str(out / 'run_'))
+    return d, metrics, out
+
+
+def test_train_runs_the_training_command_and_the_model_becomes_its_best(trained):
+    d, metrics, out = trained
+    assert d.model == str(out / ('run_%s_best.params' % NETWORK))
+    assert os.path.isfile(d.model)
+    assert set(metrics) == {'mAP'} | {'AP/' + c for c in DEMO_CLASSES}
+    assert d.data['dataset'] == 'kitti'
+
+
+def test_val_evaluates_the_trained_model_on_the_training_validation_data(trained):
+    d, metrics, _ = trained
+    result = d.val()
+    assert result['mAP'] == pytest.approx(metrics['mAP'], abs=1e-6)
+
+
+def test_predict_files_globs_arrays_and_results(trained, kitti, tmp_path):
+    d, _, _ = trained
+    folder = os.path.join(kitti, 'val', 'image_2')
+    names = sorted(os.listdir(folder))
+    results = d.predict(folder)
+    assert [os.path.basename(r.source) for r in results] == names
+    assert [r.frame for r in results] == list(range(len(names)))
+    globbed = d.predict(os.path.join(folder, '*.jpg'))
+    for a, b in zip(results, globbed):
+        np.testing.assert_array_equal(a.boxes, b.boxes)
+    array = results[0].image
+    (again,) = d(array)                  # __call__ is predict
+    assert again.source is None
+    np.testing.assert_allclose(again.boxes, results[0].boxes, rtol=1e-6)
+    r = results[0]
+    assert isinstance(r, Results) and r.names == DEMO_CLASSES
+    assert r.boxes.shape == (len(r), 4) and r.scores.dtype == np.float32
+    assert r.labels() == [DEMO_CLASSES[i] for i in r.class_ids]
+    rows = r.to_list()
+    assert len(rows) == len(r) and set(rows[0]) == {'box', 'score', 'class_id', 'name'}
+    drawn = r.plot(conf=0.0)
+    assert drawn.shape == r.image.shape and (drawn != r.image).any()
+    saved = r.save(str(tmp_path / 'drawn' / 'first.png'))
+    assert os.path.getsize(saved) > 0
+    streamed = d.predict(folder, stream=True)
+    assert not isinstance(streamed, list) and len(list(streamed)) == len(names)
+
+
+def test_export_onnx_then_the_exported_model_predicts_the_same(trained, kitti):
+    d, _, _ = trained
+    path = d.export('onnx')
+    assert path == os.path.splitext(d.model)[0] + '.onnx' and os.path.isfile(path)
+    image = os.path.join(kitti, 'val', 'image_2', sorted(os.listdir(
+        os.path.join(kitti, 'val', 'image_2')))[0])
+    (gluon,) = d.predict(image)
+    (onnx,) = Detector(path).predict(image)
+    assert onnx.names == gluon.names
+    np.testing.assert_array_equal(onnx.class_ids, gluon.class_ids)
+    np.testing.assert_allclose(onnx.boxes, gluon.boxes, atol=1e-3)
+    with pytest.raises(ValueError, match='only a zoo name or a training output .params trains'):
+        Detector(path).train(data=kitti)
+
+
+def test_mistakes_get_one_clear_error(tmp_path):
+    d = Detector(NETWORK, classes=DEMO_CLASSES)
+    with pytest.raises(SpecError, match="unknown key 'batchsize'.*batch_size"):
+        d.train(data='demo', batchsize=4)
+    with pytest.raises(ValueError, match='give data'):
+        d.val()
+    with pytest.raises(FileNotFoundError, match='no dataset folder'):
+        d.train(data=str(tmp_path / 'missing'))
+    with pytest.raises(FileNotFoundError, match='no file matches'):
+        d.predict(str(tmp_path / '*.jpg'))
+
+
+def test_data_flags_recognize_the_layouts(tmp_path, kitti):
+    assert data_flags('demo') == {'dataset': 'demo'}
+    assert data_flags(kitti)['dataset'] == 'kitti'
+    (tmp_path / 'coco' / 'annotations').mkdir(parents=True)
+    (tmp_path / 'coco' / 'annotations' / 'instances_val2017.json').write_text('{}')
+    assert data_flags(str(tmp_path / 'coco'))['dataset'] == 'coco'
+    (tmp_path / 'voc').mkdir()
+    assert data_flags(str(tmp_path / 'voc')) == {'dataset': 'voc',
+                                                 'dataset_root': str(tmp_path / 'voc')}
+    assert data_flags({'dataset': 'coco', 'train_json': 'a.json'})['train_json'] == 'a.json'
