@@ -170,6 +170,8 @@ def _evaluate_arguments(parser):
              '(classes and background, at the IoU of the evaluation) and ap_per_class.png')
     add('--confusion-score', type=float, default=0.25, metavar='SCORE',
         help='least score of a detection counted in confusion_matrix.png (default 0.25)')
+    from .deploy.views import add_view_arguments
+    add_view_arguments(parser)
     from .tools import spec_cli
     spec_cli.add_spec_arguments(parser)
 
@@ -183,12 +185,15 @@ def _evaluate(args):
         raise UserError('give --dataset (or -e SPEC)')
     if args.key:
         print('gluondet evaluate: -k: ignored', file=sys.stderr)
+    from .deploy.views import view_options
+    views = view_options(args)
     data = dataset_kwargs(args, 'val')
     infer.evaluate_model(
         model=args.model, dataset_root=data.pop('root'), **data, backend=args.backend,
         params=args.params, pretrained=args.pretrained, data_shape=args.data_shape,
         classes=args.classes, batch_size=args.batch_size, iou_thresh=args.iou_thresh or 0.5,
-        ap=args.ap or '11point', plots=args.plots, confusion_score=args.confusion_score)
+        ap=args.ap or '11point', plots=args.plots, confusion_score=args.confusion_score,
+        views=views)
     return 0
 
 

@@ -1,32 +1,6 @@
 """What ``gluondet export``, ``gluondet infer`` and ``gluondet evaluate`` do.
 
-Output formats of :func:`infer`:
-
-- ``--output detections.json``: COCO results, ``[{image_id, category_id, bbox:
-  [x, y, w, h], score}]``, what ``pycocotools``' ``COCO.loadRes`` and
-  :func:`gluondet.metrics.coco_evaluate` read. ``image_id`` is the image's
-  1-based position in the sorted input list (an int, as COCO tools expect; an
-  unreadable image leaves its number unused, so ids do not depend on which
-  files could be read). ``category_id`` is the 1-based index into the model's
-  classes. ``bbox`` is written with
-  :func:`gluondet.data.coco.xyxy_to_coco` (``[xmin, ymin, xmax - xmin + 1, ymax
-  - ymin + 1]``, as GluonCV writes detections), the inverse of how gluondet and
-  GluonCV read COCO boxes, so reading the results back gives the detected boxes.
-- beside it, ``detections_images.json``: a COCO dataset file (``images`` with
-  id, file name relative to the image folder, width and height;
-  ``categories``; no annotations) naming those ids, so that
-  ``COCO('detections_images.json').loadRes('detections.json')`` works, and ids
-  can be matched to another json's by file name.
-- ``--kitti-labels DIR``: one ``{image stem}.txt`` per image (empty if nothing
-  was found), a line per detection, ``Class 0 0 0 x1 y1 x2 y2 0 0 0 0 0 0 0
-  score``, boxes in 0-based pixels as KITTI's, clipped to the image, spaces in class
-  names as ``_``.
-- ``--visualize DIR``: each image under its own file name, with the boxes
-  scoring at least ``--threshold``, class names and scores drawn.
-
-The json and KITTI outputs hold every detection the model returns (its own
-score threshold is 0.01); only the drawing applies ``--threshold``. Every file
-is written to a temporary name and renamed.
+``infer`` and its output formats live in :mod:`gluondet.deploy.infer` (imported here).
 """
 import json
 import os
@@ -34,33 +8,27 @@ import os
 import numpy as np
 
 from ..data import DATASETS, COCODetection, resolve_dataset
-from ..data.coco import xyxy_to_coco
-from ..data.kitti import check_unique_stems, kitti_line
 from ..data.preprocess import input_range
-from ..files import atomic_write, writer
+from ..files import writer
 from ..metrics import COCODetectionMetric
 from ..metrics.coco_eval import format_summary
 from ..metrics.confusion import ConfusionMatrix
 from ..metrics.evaluation import evaluate, evaluate_voc, voc_metric
-from ..visualize import draw_boxes, save_image
 from .calibration import CalibrationBatches
 from .networks import apply_nms, load_network
 from .postprocess import postprocess_of
-from .predictor import Predictor, list_images
+from .infer import coco_results, infer, kitti_lines, write_json
+from .predictor import Predictor
 from .sources import ENGINE_EXTENSIONS, metadata_path, model_metadata
 from .symbol import export_symbol
 from .tensorrt import build_engine
+from .views import wrap
 
 __all__ = ['FORMATS', 'export_model', 'export_summary', 'infer', 'evaluate',
            'evaluate_model', 'coco_results', 'kitti_lines']
 
 FORMATS = ('symbol', 'onnx', 'tensorrt')
 DYNAMIC_MAX_BATCH = 8   # largest batch of a dynamic-batch engine unless told
-
-
-def _write_json(path, data):
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    atomic_write(path, json.dumps(data))
 
 
 # ---------------------------------------------------------------- export
@@ -237,7 +205,7 @@ def export_model(network, output, fmt='onnx', params=None, pretrained=False, cla
                                               'it)' if ds_files else '', err)) from err
     meta = model_metadata(net, info['network'], shape, fixed, precision=precision,
                           max_batch_size=batch, **describe)
-    _write_json(metadata_path(output), meta)
+    write_json(metadata_path(output), meta)
     return _summary(verbose, [onnx_path, output, metadata_path(output)] + ds_files, meta, dims)
 
 
@@ -309,115 +277,13 @@ def _deepstream(wanted, onnx_path, engine_path=None, precision=None, calibration
                                    batch_size)
 
 
-# ---------------------------------------------------------------- infer
-
-def coco_results(image_id, detections):
-    """COCO results rows of one image's :class:`~gluondet.deploy.predictor.Detections`.
-
-    ``category_id`` is the class index + 1; ``bbox`` is ``xyxy_to_coco`` of the box,
-    ``[xmin, ymin, xmax - xmin + 1, ymax - ymin + 1]``.
-    """
-    bboxes = xyxy_to_coco(detections.boxes).tolist()
-    return [{'image_id': image_id, 'category_id': int(cls) + 1, 'bbox': bbox,
-             'score': float(score)}
-            for cls, bbox, score in zip(detections.ids, bboxes, detections.scores)]
-
-
-def kitti_lines(detections, classes, image_size):
-    """KITTI label lines ``Class 0 0 0 x1 y1 x2 y2 0 0 0 0 0 0 0 score`` of one image.
-
-    Boxes are clipped to the ``(width, height)`` image, as KITTI labels are (and as
-    gluondet's datasets clip what they read), so the lines read back as they were written.
-    """
-    width, height = image_size
-    boxes = np.clip(detections.boxes, 0, [width - 1, height - 1, width - 1, height - 1])
-    return [kitti_line(classes[cls], box, score)
-            for cls, box, score in zip(detections.ids, boxes.tolist(), detections.scores)]
-
-
-def _stem(path):
-    return os.path.splitext(os.path.basename(path))[0]
-
-
-def infer(model, images, output='detections.json', backend=None, params=None, pretrained=False,
-          data_shape=None, classes=None, batch_size=None, kitti_labels=None, visualize=None,
-          threshold=0.3, progress=True, min_score=None):
-    """Detect objects in image files and write them (see the module docstring for formats).
-
-    Parameters
-    ----------
-    model, backend, params, pretrained, data_shape, classes
-        See :meth:`~gluondet.deploy.predictor.Predictor.from_model`.
-    images : str
-        An image file, or a folder of them (sorted by name, no subfolders).
-    output : str
-        The COCO results json; ``{stem}_images.json`` is written beside it.
-    batch_size : int, optional
-        See :meth:`~gluondet.deploy.predictor.Predictor.batch_size`.
-    kitti_labels, visualize : str, optional
-        Folders for KITTI label files and drawn images.
-    threshold : float
-        Least score of a drawn box.
-    progress : bool
-        Show a progress bar.
-    min_score : float, optional
-        Leave detections scoring under it out of every output (TAO's ``inference -t``);
-        default: keep all.
-
-    Returns
-    -------
-    dict
-        ``images`` (inputs), ``skipped`` (unreadable, as ``(path, problem)``),
-        ``detections`` (count) and ``files`` (the json files written).
-    """
-    predictor = Predictor.from_model(model, backend, params, pretrained, data_shape, classes)
-    paths = list_images(images)
-    root = images if os.path.isdir(images) else os.path.dirname(os.path.abspath(images))
-    if kitti_labels:
-        check_unique_stems(paths)
-    for folder in (kitti_labels, visualize):
-        if folder:
-            os.makedirs(folder, exist_ok=True)
-    stream = predictor.predict(paths, batch_size, progress=progress)
-    results, entries = [], []
-    for item in stream:
-        image_id = item.index + 1
-        height, width = item.image.shape[:2]
-        entries.append({'id': image_id, 'file_name': os.path.relpath(item.source, root),
-                        'width': width, 'height': height})
-        found = item.detections
-        if min_score is not None:
-            found = type(found)(*(part[found.scores >= min_score] for part in found))
-        results.extend(coco_results(image_id, found))
-        if kitti_labels:
-            lines = kitti_lines(found, predictor.classes, item.image.shape[1::-1])
-            atomic_write(os.path.join(kitti_labels, _stem(item.source) + '.txt'),
-                         ''.join(line + '\n' for line in lines))
-        if visualize:
-            drawn = draw_boxes(item.image, found.boxes, found.ids, found.scores,
-                               predictor.classes, threshold=threshold)
-            save_image(os.path.join(visualize, os.path.basename(item.source)), drawn)
-    if not entries:
-        raise ValueError('none of the %d images in %s could be read' % (len(paths), images))
-    index = os.path.splitext(output)[0] + '_images.json'
-    _write_json(index, {'images': entries, 'annotations': [],
-                        'categories': [{'id': i + 1, 'name': name}
-                                       for i, name in enumerate(predictor.classes)]})
-    _write_json(output, results)
-    print('%s: %d detections in %d images written to %s (image ids in %s)%s'
-          % (predictor.backend, len(results), len(entries), output, index,
-             '; unreadable images skipped: %d' % len(stream.skipped) if stream.skipped else ''))
-    return {'images': len(paths), 'skipped': list(stream.skipped), 'detections': len(results),
-            'files': [output, index]}
-
-
 # ---------------------------------------------------------------- evaluate
 
 def evaluate_model(model, dataset, dataset_root=None, split=None, annotation_file=None,
                    image_root=None, backend=None, params=None, pretrained=False, data_shape=None,
                    classes=None, batch_size=None, progress=True, records=None,
                    class_mapping=None, iou_thresh=0.5, ap='11point', plots=None,
-                   confusion_score=0.25):
+                   confusion_score=0.25, views=None):
     """Evaluate a model on a dataset and print the results.
 
     Prints the VOC07 mAP (IoU 0.5, 11-point; or ``iou_thresh`` and ``ap``) with each
@@ -444,6 +310,8 @@ def evaluate_model(model, dataset, dataset_root=None, split=None, annotation_fil
         A folder for ``pr_curves.png``, ``confusion_matrix.png`` and ``ap_per_class.png``.
     confusion_score : float
         Least score of a detection counted in the confusion matrix.
+    views : ViewOptions, optional
+        Sliced inference and test-time augmentation (:mod:`gluondet.deploy.views`).
 
     Returns
     -------
@@ -457,7 +325,8 @@ def evaluate_model(model, dataset, dataset_root=None, split=None, annotation_fil
     if plots:
         from ..plots import require_matplotlib
         require_matplotlib()    # before the evaluation, not after it
-    predictor = Predictor.from_model(model, backend, params, pretrained, data_shape, classes)
+    predictor = wrap(Predictor.from_model(model, backend, params, pretrained, data_shape,
+                                          classes), views, batch_size)
     data = resolve_dataset(dataset, dataset_root, split, predictor.classes, annotation_file,
                            image_root, records=records, class_mapping=class_mapping)
     coco = COCODetectionMetric(data) if isinstance(data, COCODetection) else None

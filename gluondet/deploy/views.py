@@ -1,0 +1,471 @@
+"""Views of an image, their detections mapped back and merged: sliced inference and TTA.
+
+:class:`ViewPredictor` wraps a :class:`~gluondet.deploy.predictor.Predictor` (any backend)
+and runs it on *views* of each image instead of the image itself:
+
+- **Slicing** (:class:`Slicing`, ``--slice``): tiles of ``size`` original pixels with
+  ``overlap`` between neighbours, covering the image; the last tile of a row or column
+  ends at the image's edge (its overlap is then larger). An image no larger than a tile
+  along an axis is one tile along it. With ``full``, the whole image is one more view. A
+  detection touching an inner edge of its tile (one that is not the image's edge, within
+  1% of the tile's side) is a partial view of an object the tile cuts: it is dropped
+  when over half of it lies inside a detection of the same class from another view that
+  touches no inner edge (the object seen whole in the overlapping neighbour, or in the
+  full pass); then class-wise NMS at ``iou`` merges the tiles. (SAHI merges such boxes
+  into their union; dropping keeps each box one the network drew.)
+- **Test-time augmentation** (:class:`TTA`, ``--tta``): each image (each tile, when
+  slicing) is also seen mirrored left-right and shrunk by each of ``scales``: shrunk
+  and placed at the top-left of a canvas of its own size filled with the model's mean
+  colour (the value normalization makes 0, as the predictor's padding), so the network
+  sees every object ``scale`` times as large, whatever the detector's preprocessing (a
+  fixed-size SSD or YOLOv3 input, or a keep-ratio Faster R-CNN or RetinaNet resize: for
+  both, resizing the image alone would be undone by the preprocessing). Ultralytics'
+  TTA scales its letterboxed input the same way, by 1, 0.83 and 0.67. Every view's
+  detections are mapped back and merged by weighted box fusion (:func:`fuse_boxes`,
+  ``merge='wbf'``) or class-wise NMS (``merge='nms'``) at ``iou``.
+
+With both, each tile's TTA views are fused first, then the tiles are merged. The views
+of a call's images run through the predictor in batches of ``batch_size``. At most
+``max_det`` detections of an image are kept, best first.
+"""
+import argparse
+import collections
+import numbers
+import os
+import re
+
+import numpy as np
+
+from ..bbox import bbox_iou, bbox_nms
+from ..data import transforms as T
+from ..data.base import empty_label
+from .predictor import Detections, Predictions, _as_image, clip_boxes
+
+__all__ = ['Slicing', 'TTA', 'ViewOptions', 'ViewPredictor', 'add_view_arguments', 'fuse_boxes',
+           'merge_nms', 'tile_windows', 'view_options', 'wrap']
+
+EDGE_MARGIN = 0.01      # of a tile's side: a box this near an inner edge is cut by it
+COVERED = 0.5           # share of a cut box inside a whole one that makes it a duplicate
+
+
+class Slicing(collections.namedtuple('Slicing', ['size', 'overlap', 'full', 'iou'])):
+    """Tiles of ``size`` ``(height, width)`` original pixels overlapping by ``overlap`` of a
+    tile's side, plus the whole image if ``full``, merged by NMS at ``iou``."""
+
+    def __new__(cls, size, overlap=0.2, full=False, iou=0.5):
+        size = _size_pair(size)
+        if not 0 <= overlap < 1:
+            raise ValueError('slice overlap must be in [0, 1), got %r' % (overlap,))
+        return super().__new__(cls, size, float(overlap), bool(full), _iou(iou, 'slice'))
+
+
+class TTA(collections.namedtuple('TTA', ['scales', 'flip', 'merge', 'iou'])):
+    """Views shrunk by each of ``scales`` (in (0, 1]), each also mirrored if ``flip``, merged
+    by ``merge`` ('wbf' or 'nms') at ``iou``."""
+
+    def __new__(cls, scales=(1, 0.83, 0.67), flip=True, merge='wbf', iou=0.55):
+        scales = tuple(float(s) for s in scales)
+        if not scales or not all(0 < s <= 1 for s in scales) or len(set(scales)) < len(scales):
+            raise ValueError('TTA scales must be distinct numbers in (0, 1] (1: the image as '
+                             'it is), got %s' % (scales,))
+        if merge not in ('wbf', 'nms'):
+            raise ValueError("TTA merge must be 'wbf' or 'nms', got %r" % (merge,))
+        return super().__new__(cls, scales, bool(flip), merge, _iou(iou, 'TTA'))
+
+
+ViewOptions = collections.namedtuple('ViewOptions', ['slice', 'tta', 'max_det'])
+ViewOptions.__doc__ = """What :func:`view_options` reads from the flags: :class:`Slicing` or
+None, :class:`TTA` or None, the most detections of an image (None: all)."""
+
+View = collections.namedtuple('View', ['window', 'flip', 'scale'])
+View.__doc__ = """A window ``(x0, y0, x1, y1)`` of an image (``x1``, ``y1`` excluded),
+mirrored left-right if ``flip``, shrunk by ``scale`` onto a canvas of the window's size."""
+
+
+def _iou(value, what):
+    if not isinstance(value, numbers.Real) or not 0 < value <= 1:
+        raise ValueError('%s IoU must be in (0, 1], got %r' % (what, value))
+    return float(value)
+
+
+def _size_pair(size):
+    pair = (size, size) if isinstance(size, numbers.Integral) else tuple(size)
+    if len(pair) != 2 or not all(isinstance(v, numbers.Integral) and v >= 1 for v in pair):
+        raise ValueError('slice size must be a positive integer or (height, width), got %r'
+                         % (size,))
+    return tuple(int(v) for v in pair)
+
+
+# ---------------------------------------------------------------- views
+
+def _starts(length, tile, overlap):
+    """Where the tiles of one axis start: ``overlap`` apart, the last at ``length - tile``."""
+    if length <= tile:
+        return [0]
+    stride = max(1, int(round(tile * (1 - overlap))))
+    count = -(-(length - tile) // stride) + 1
+    return [min(i * stride, length - tile) for i in range(count)]
+
+
+def tile_windows(height, width, size, overlap=0.2):
+    """The tiles covering an image, row by row: ``(x0, y0, x1, y1)``, ``x1``/``y1`` excluded.
+
+    Parameters
+    ----------
+    height, width : int
+        The image's size.
+    size : int or (int, int)
+        A tile's ``(height, width)``; an image no larger along an axis is one tile along it.
+    overlap : float
+        Least overlap of neighbouring tiles, as a share of a tile's side.
+    """
+    tile_h, tile_w = _size_pair(size)
+    tile_h, tile_w = min(tile_h, height), min(tile_w, width)
+    return [(x, y, x + tile_w, y + tile_h) for y in _starts(height, tile_h, overlap)
+            for x in _starts(width, tile_w, overlap)]
+
+
+def view_image(image, view, fill):
+    """The ``H x W x 3`` uint8 image the predictor sees for ``view`` of ``image``."""
+    x0, y0, x1, y1 = view.window
+    crop = image[y0:y1, x0:x1]
+    if view.flip:
+        crop = crop[:, ::-1]
+    if view.scale == 1:
+        return np.ascontiguousarray(crop)
+    height, width = crop.shape[:2]
+    canvas = np.empty_like(crop)
+    canvas[...] = fill
+    small = T.imresize(crop, *_shrunk(width, height, view.scale), interp=T.INTERP_AUTO)
+    canvas[:small.shape[0], :small.shape[1]] = small
+    return canvas
+
+
+def _shrunk(width, height, scale):
+    return max(1, int(round(width * scale))), max(1, int(round(height * scale)))
+
+
+def view_boxes(boxes, view):
+    """Boxes of ``view``'s image back in the window's pixels (clipped to it)."""
+    x0, y0, x1, y1 = view.window
+    width, height = x1 - x0, y1 - y0
+    small_w, small_h = _shrunk(width, height, view.scale)
+    boxes = boxes * np.array([width / small_w, height / small_h] * 2, np.float32)
+    boxes = clip_boxes(boxes[None], [[height, width]])[0]
+    if view.flip:       # inclusive pixels: column x of the mirror is width - 1 - x
+        boxes = np.stack([width - 1 - boxes[:, 2], boxes[:, 1], width - 1 - boxes[:, 0],
+                          boxes[:, 3]], axis=1)
+    return boxes
+
+
+def _cut(boxes, window, height, width):
+    """Which boxes (window pixels) touch an inner edge of ``window`` in a ``height x width``
+    image."""
+    x0, y0, x1, y1 = window
+    margin_x, margin_y = EDGE_MARGIN * (x1 - x0), EDGE_MARGIN * (y1 - y0)
+    return (((boxes[:, 0] <= margin_x) & (x0 > 0))
+            | ((boxes[:, 1] <= margin_y) & (y0 > 0))
+            | ((boxes[:, 2] >= x1 - x0 - 1 - margin_x) & (x1 < width))
+            | ((boxes[:, 3] >= y1 - y0 - 1 - margin_y) & (y1 < height)))
+
+
+# ---------------------------------------------------------------- merging
+
+def _concat(detections):
+    detections = list(detections)
+    if not detections:
+        return Detections(np.zeros(0, np.int64), np.zeros(0, np.float32),
+                          np.zeros((0, 4), np.float32))
+    return Detections(*(np.concatenate(part) for part in zip(*detections)))
+
+
+def _best_first(detections, max_det=None):
+    order = np.argsort(-detections.scores, kind='stable')[:max_det]
+    return Detections(*(part[order] for part in detections))
+
+
+def merge_nms(detections, iou):
+    """Class-wise NMS at ``iou`` over several views' :class:`Detections`; best first."""
+    pooled = _concat(detections)
+    if not len(pooled.ids):
+        return pooled
+    ids, scores, boxes = bbox_nms(pooled.boxes, pooled.scores, pooled.ids, overlap_thresh=iou,
+                                  valid_thresh=-1)
+    keep = ids[:, 0] >= 0
+    return Detections(ids[keep, 0].astype(np.int64), scores[keep, 0], boxes[keep])
+
+
+def fuse_boxes(detections, iou=0.55):
+    """Weighted box fusion (Solovyev et al. 2019, arXiv:1910.13302) of views' detections.
+
+    Per class, boxes are taken best first; each joins the cluster whose fused box it
+    overlaps most by IoU above ``iou``, or starts one. A cluster's fused box is the
+    score-weighted mean of its boxes, its score their mean score times
+    ``min(boxes, views) / views``: an object only some views found scores lower.
+
+    Parameters
+    ----------
+    detections : list of Detections
+        One per view, boxes in the same pixels.
+    iou : float
+
+    Returns
+    -------
+    Detections
+        The fused boxes, best first.
+    """
+    pooled = _best_first(_concat(detections))
+    views = len(detections)
+    fused = []
+    for cls in np.unique(pooled.ids):
+        mine = pooled.ids == cls
+        boxes, scores = pooled.boxes[mine], pooled.scores[mine]
+        sums = np.zeros((0, 4), np.float64)     # score-weighted coordinate sums
+        weights, counts = [], []
+        for box, score in zip(boxes, scores):
+            if weights:
+                overlaps = bbox_iou(box[None], sums / np.array(weights)[:, None])[0]
+                best = int(np.argmax(overlaps))
+                if overlaps[best] > iou:
+                    sums[best] += score * box
+                    weights[best] += score
+                    counts[best] += 1
+                    continue
+            sums = np.vstack([sums, score * box])
+            weights.append(float(score))
+            counts.append(1)
+        weights, counts = np.array(weights), np.array(counts)
+        fused.append(Detections(np.full(len(counts), cls, np.int64),
+                                (weights / counts * np.minimum(counts, views) / views
+                                 ).astype(np.float32),
+                                (sums / weights[:, None]).astype(np.float32)))
+    return _best_first(_concat(fused))
+
+
+def _merge_tiles(found, windows, height, width, iou):
+    """One image's detections from its windows' (each in window pixels): cut boxes covered
+    by whole ones dropped, then class-wise NMS (see the module docstring)."""
+    shifted, cut, source = [], [], []
+    for w, (window, detections) in enumerate(zip(windows, found)):
+        cut.append(_cut(detections.boxes, window, height, width))
+        shifted.append(detections._replace(
+            boxes=detections.boxes + np.array(window[:2] * 2, np.float32)))
+        source.append(np.full(len(detections.ids), w))
+    pooled, cut, source = _concat(shifted), np.concatenate(cut), np.concatenate(source)
+    keep = ~cut
+    for i in np.flatnonzero(cut):
+        whole = ~cut & (pooled.ids == pooled.ids[i]) & (source != source[i])
+        box = pooled.boxes[i]
+        inter = np.prod(np.clip(np.minimum(pooled.boxes[whole, 2:], box[2:])
+                                - np.maximum(pooled.boxes[whole, :2], box[:2]), 0, None), axis=1)
+        area = np.prod(box[2:] - box[:2])
+        keep[i] = not (area > 0 and (inter > COVERED * area).any())
+    return merge_nms([Detections(*(part[keep] for part in pooled))], iou)
+
+
+# ---------------------------------------------------------------- the predictor
+
+class ViewPredictor:
+    """A predictor run on views of each image (tiles, flips, scales), merged back.
+
+    It has :class:`~gluondet.deploy.predictor.Predictor`'s interface (``classes``,
+    ``backend``, ``transform``, ``batch_size``, ``detect``, ``detect_samples``,
+    ``predict``), so :func:`gluondet.metrics.evaluation.evaluate` and ``infer`` take it
+    as they take a predictor. See the module docstring.
+
+    Parameters
+    ----------
+    predictor : Predictor
+        Any backend's.
+    slice : Slicing, int or (int, int), optional
+        Sliced inference (an int or pair: the tile size, other settings default).
+    tta : TTA or bool, optional
+        Test-time augmentation (True: the default :class:`TTA`).
+    max_det : int, optional
+        Most detections of an image after merging (default all).
+    batch_size : int, optional
+        Views per run of the predictor (see its ``batch_size``).
+
+    Attributes
+    ----------
+    transform : callable
+        ``(image, label) -> (image, label, original [h, w])``: the image kept whole, as
+        an ``H x W x 3`` uint8 numpy array (views are made from it).
+    """
+
+    def __init__(self, predictor, slice=None, tta=None, max_det=None, batch_size=None):
+        if slice is not None and not isinstance(slice, Slicing):
+            slice = Slicing(slice)
+        if tta is True:
+            tta = TTA()
+        if tta is not None and not isinstance(tta, TTA):
+            raise ValueError('tta must be a TTA, True or None, got %r' % (tta,))
+        if max_det is not None and (not isinstance(max_det, numbers.Integral) or max_det < 1):
+            raise ValueError('max_det must be a positive integer, got %r' % (max_det,))
+        self.predictor, self.slice, self.tta, self.max_det = predictor, slice, tta, max_det
+        self.classes, self.backend = predictor.classes, predictor.backend
+        self.views_batch = predictor.batch_size(batch_size)
+        mean = np.asarray(predictor.preprocessing['mean'], np.float64)
+        self._fill = np.round(mean * 255).astype(np.uint8)
+        scales, flips = (self.tta.scales, (False, True) if self.tta.flip else (False,)) \
+            if self.tta else ((1.0,), (False,))
+        self._augments = [(flip, scale) for scale in scales for flip in flips]
+
+    def __repr__(self):
+        return 'ViewPredictor(%r, slice=%s, tta=%s, max_det=%s)' % (self.predictor, self.slice,
+                                                                   self.tta, self.max_det)
+
+    @staticmethod
+    def transform(image, label):
+        """The image as numpy uint8, the label as float32, the ``[h, w]``."""
+        image = image.asnumpy() if hasattr(image, 'asnumpy') else np.asarray(image)
+        return image, np.asarray(label, np.float32), np.array(image.shape[:2], np.float32)
+
+    def batch_size(self, batch_size=None):
+        """Images per call of :meth:`detect_samples`: the predictor's ``batch_size``."""
+        return self.predictor.batch_size(batch_size)
+
+    def windows(self, height, width):
+        """The windows ``(x0, y0, x1, y1)`` of a ``height x width`` image: its tiles, and
+        the image itself with ``full`` (once, if one tile covers it), or just the image."""
+        whole = (0, 0, width, height)
+        if self.slice is None:
+            return [whole]
+        tiles = tile_windows(height, width, self.slice.size, self.slice.overlap)
+        return tiles + [whole] if self.slice.full and tiles != [whole] else tiles
+
+    def detect(self, images, batch_size=None):
+        """Detections of decoded ``H x W x 3`` uint8 RGB images; see
+        :meth:`Predictor.detect <gluondet.deploy.predictor.Predictor.detect>`."""
+        self.batch_size(batch_size)
+        return self._run([_as_image(image, 'image %d' % i) for i, image in enumerate(images)])
+
+    def detect_samples(self, samples):
+        """Detections of ``(image, label, size)`` samples made by :attr:`transform`."""
+        return self._run([sample[0] for sample in samples])
+
+    def predict(self, inputs, batch_size=None, progress=False):
+        """Detections of image files or arrays; see
+        :meth:`Predictor.predict <gluondet.deploy.predictor.Predictor.predict>`."""
+        if isinstance(inputs, (str, os.PathLike)):
+            inputs = [inputs]
+        return Predictions(self, list(inputs), self.batch_size(batch_size), progress)
+
+    def _run(self, images):
+        """Every view of ``images`` through the predictor, mapped back and merged."""
+        jobs = [(i, w, View(window, flip, scale))
+                for i, image in enumerate(images)
+                for w, window in enumerate(self.windows(*image.shape[:2]))
+                for flip, scale in self._augments]
+        found = []
+        for start in range(0, len(jobs), self.views_batch):
+            chunk = jobs[start:start + self.views_batch]
+            samples = [self.predictor.transform(view_image(images[i], view, self._fill),
+                                                empty_label()) for i, _, view in chunk]
+            for (_, _, view), item in zip(chunk, self.predictor.detect_samples(samples)):
+                found.append(item._replace(boxes=view_boxes(item.boxes, view)))
+        results, position = [], 0
+        for image in images:
+            height, width = image.shape[:2]
+            windows = self.windows(height, width)
+            merged = []
+            for _ in windows:
+                views = found[position:position + len(self._augments)]
+                position += len(views)
+                merged.append(views[0] if len(views) == 1 else
+                              fuse_boxes(views, self.tta.iou) if self.tta.merge == 'wbf'
+                              else merge_nms(views, self.tta.iou))
+            if self.slice is not None:
+                merged = [_merge_tiles(merged, windows, height, width, self.slice.iou)]
+            results.append(_best_first(merged[0], self.max_det))
+        return results
+
+
+def wrap(predictor, options, batch_size=None):
+    """``predictor`` run on the views ``options`` (a :class:`ViewOptions`) asks for, or
+    itself if none."""
+    if options is None or (options.slice is None and options.tta is None):
+        return predictor
+    return ViewPredictor(predictor, options.slice, options.tta, options.max_det, batch_size)
+
+
+# ---------------------------------------------------------------- flags
+
+def _slice_size(text):
+    """``--slice``: ``S`` or ``HxW`` (or ``H,W``)."""
+    match = re.fullmatch(r'\s*(\d+)\s*(?:[x,]\s*(\d+)\s*)?', text)
+    if not match or int(match.group(1)) < 1 or int(match.group(2) or 1) < 1:
+        raise argparse.ArgumentTypeError('expected a tile size S or HxW, got %r' % text)
+    height = int(match.group(1))
+    return height, int(match.group(2) or height)
+
+
+def _fraction(low_open, high_open):
+    def parse(text):
+        try:
+            value = float(text)
+        except ValueError:
+            value = float('nan')
+        if not ((low_open and value > 0 or not low_open and value >= 0)
+                and (high_open and value < 1 or not high_open and value <= 1)):
+            raise argparse.ArgumentTypeError('expected a number in %s0, 1%s, got %r'
+                                             % ('(' if low_open else '[',
+                                                ')' if high_open else ']', text))
+        return value
+    return parse
+
+
+def _scales(text):
+    try:
+        return TTA(scales=[float(v) for v in text.split(',')]).scales
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
+def add_view_arguments(parser):
+    """The flags of sliced inference and test-time augmentation (see :func:`view_options`)."""
+    group = parser.add_argument_group('sliced inference and test-time augmentation')
+    add = group.add_argument
+    add('--slice', type=_slice_size, metavar='S|HxW',
+        help='detect in tiles of S x S (or H x W) original pixels covering each image, merged '
+             'by NMS: small objects in large images (tile: about the size of the images the '
+             'model was trained on)')
+    add('--slice-overlap', type=_fraction(False, True), default=0.2, metavar='F',
+        help="overlap of neighbouring tiles, as a share of a tile's side (default 0.2)")
+    add('--slice-full', action='store_true',
+        help='also detect in the whole image (for objects larger than a tile)')
+    add('--slice-iou', type=_fraction(True, False), default=0.5, metavar='IOU',
+        help="IoU of the NMS merging the tiles' detections (default 0.5)")
+    add('--tta', action='store_true',
+        help='test-time augmentation: each image also mirrored and shrunk by --tta-scales, '
+             'the detections merged')
+    add('--tta-scales', type=_scales, default=TTA().scales, metavar='S,S,...',
+        help='--tta: scales in (0, 1] (default 1,0.83,0.67): each view shrinks the image by '
+             'one, padded to its size, each also mirrored')
+    add('--tta-merge', choices=('wbf', 'nms'), default='wbf',
+        help='--tta: weighted box fusion (default) or NMS of the views\' detections')
+    add('--tta-iou', type=_fraction(True, False), default=0.55, metavar='IOU',
+        help='--tta: IoU at which detections of the views are merged (default 0.55)')
+
+
+def view_options(args):
+    """:class:`ViewOptions` of parsed :func:`add_view_arguments` flags (``max_det`` from a
+    ``--max-det`` flag if the parser has one), or None if neither slicing nor TTA is asked.
+
+    Raises
+    ------
+    ValueError
+        If a ``--slice-*`` or ``--tta-*`` flag is given without ``--slice`` or ``--tta``.
+    """
+    defaults = {'slice_overlap': 0.2, 'slice_full': False, 'slice_iou': 0.5,
+                'tta_scales': TTA().scales, 'tta_merge': 'wbf', 'tta_iou': 0.55}
+    for name, default in defaults.items():
+        owner = name.split('_')[0]
+        if getattr(args, name) != default and not getattr(args, owner):
+            raise ValueError('--%s needs --%s' % (name.replace('_', '-'), owner))
+    slicing = (Slicing(args.slice, args.slice_overlap, args.slice_full, args.slice_iou)
+               if args.slice else None)
+    tta = TTA(args.tta_scales, True, args.tta_merge, args.tta_iou) if args.tta else None
+    if slicing is None and tta is None:
+        return None
+    return ViewOptions(slicing, tta, getattr(args, 'max_det', None))
