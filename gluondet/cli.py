@@ -6,6 +6,7 @@ heavy imports happen inside ``run`` so ``gluondet --help`` stays fast. ``export`
 :mod:`gluondet.deploy.commands`, which holds what they do.
 """
 import argparse
+import signal
 import sys
 
 from . import detectors
@@ -133,25 +134,60 @@ def _export(args):
     return 0
 
 
+def _at_least(least):
+    """An int flag's type: ``least`` or more."""
+    def parse(text):
+        try:
+            value = int(text)
+        except ValueError:
+            value = least - 1
+        if value < least:
+            raise argparse.ArgumentTypeError('expected an integer >= %d, got %r' % (least, text))
+        return value
+    return parse
+
+
 def _infer_arguments(parser):
     _model_arguments(parser)
     add = parser.add_argument
-    add('--images', required=True, help='an image file or a folder of images')
-    add('--output', default='detections.json',
-        help='COCO results json (image ids are named in OUTPUT_images.json beside it)')
-    add('--kitti-labels', help='folder for one KITTI label file per image')
-    add('--visualize', help='folder for the images with their detections drawn')
+    add('--source', '--images', dest='source', required=True,
+        help="an image file, a folder of images, a glob ('photos/*.jpg'), a video file, a "
+             'camera index (0) or device (/dev/video0), or a stream URL (rtsp://, http(s)://: '
+             'MJPEG or any stream FFmpeg reads)')
+    add('--output',
+        help='the detections: a .json of COCO results (image files only; the default, '
+             'detections.json, with image ids named in OUTPUT_images.json beside it) or a '
+             '.jsonl of JSON lines, one per frame or image (the default for a video, camera '
+             'or stream: detections.jsonl)')
+    add('--kitti-labels', help='folder for one KITTI label file per image (STEM.txt) or frame '
+                               '(STEM_FRAME.txt)')
+    add('--visualize', help='folder for the images (frames) with their detections drawn')
+    add('--save-video', metavar='FILE',
+        help='a video, camera or stream: its frames with their detections drawn into FILE '
+             '(.mp4, or .avi for Motion JPEG) at its size and frame rate')
     add('--threshold', type=float, default=0.3, help='least score of a drawn box')
+    add('--vid-stride', type=_at_least(1), default=1, metavar='N',
+        help='detect in every N-th frame (image) only (default 1: all)')
+    add('--track', action='store_true',
+        help='give each detection a track id across frames (ByteTrack), in the JSON lines '
+             'and drawn')
+    add('--reconnect', type=_at_least(0), default=3, metavar='N',
+        help='a camera or stream that drops is opened again up to N times in a row, 1, 2, '
+             '4 ... seconds apart, before it counts as ended (default 3)')
+    parser.epilog = ('Ctrl-C (SIGINT) or SIGTERM stops the reading: the frames read are '
+                     'finished, and the JSON lines, video and labels are closed whole.')
 
 
 def _infer(args):
     from .deploy import commands as infer
-    infer.infer(
-        model=args.model, images=args.images, output=args.output,
+    result = infer.infer(
+        model=args.model, source=args.source, output=args.output,
         backend=args.backend, params=args.params, pretrained=args.pretrained,
         data_shape=args.data_shape, classes=args.classes, batch_size=args.batch_size,
-        kitti_labels=args.kitti_labels, visualize=args.visualize, threshold=args.threshold)
-    return 0
+        kitti_labels=args.kitti_labels, visualize=args.visualize, threshold=args.threshold,
+        save_video=args.save_video, vid_stride=args.vid_stride, track=args.track,
+        reconnect=args.reconnect)
+    return 128 + getattr(signal, result['stopped']) if result['stopped'] else 0
 
 
 def _evaluate_arguments(parser):
@@ -343,7 +379,8 @@ COMMANDS = [
      'print its mAP', _demo_arguments, _demo),
     ('export', 'export a detector as an MXNet symbol, an ONNX model or a TensorRT engine',
      _export_arguments, _export),
-    ('infer', 'detect objects in images: COCO json, KITTI labels, drawn images',
+    ('infer', 'detect objects in images, videos, cameras and streams: COCO json or JSON lines, '
+     'KITTI labels, drawn images and video, track ids',
      _infer_arguments, _infer),
     ('evaluate', 'VOC07 mAP (and COCO metrics) of a detector on a dataset, or on the '
      "validation data of an experiment spec (-e, TAO's evaluate)",

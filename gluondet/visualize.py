@@ -13,8 +13,8 @@ def class_colors(num_classes):
 
 
 def draw_boxes(image, boxes, ids=None, scores=None, class_names=None, threshold=0.0,
-               thickness=2):
-    """Return a copy of ``image`` with boxes, class names and scores drawn.
+               thickness=2, labels=None):
+    """Return a copy of ``image`` with boxes, class names, labels and scores drawn.
 
     Parameters
     ----------
@@ -28,6 +28,8 @@ def draw_boxes(image, boxes, ids=None, scores=None, class_names=None, threshold=
         N scores; rows below ``threshold`` are skipped.
     class_names : sequence of str, optional
         Names for the class indices.
+    labels : sequence of str, optional
+        N texts drawn after the class names (track ids, ``'#3'``); empty ones are not.
 
     Returns
     -------
@@ -49,6 +51,8 @@ def draw_boxes(image, boxes, ids=None, scores=None, class_names=None, threshold=
         x1, y1, x2, y2 = [int(round(v)) for v in box]
         cv2.rectangle(canvas, (x1, y1), (x2, y2), color, thickness)
         text = class_names[cls] if class_names and cls < len(class_names) else str(cls)
+        if labels is not None and labels[i]:
+            text += ' ' + labels[i]
         if scores is not None:
             text += ' %.2f' % scores[i]
         _label(canvas, text, x1, y1, color)
