@@ -31,7 +31,7 @@ $(STAMP): setup.py $(sort constraints.txt $(CONSTRAINTS)) Makefile | check-mxnet
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	echo $(MXNET) > $(VENV)/.mxnet
 	$(PIP) install -q -c $(CONSTRAINTS) wheel==0.48.0
-	$(PIP) install -q -c $(CONSTRAINTS) -e '.[$(MXNET_EXTRA),test,dali,docs]'
+	$(PIP) install -q -c $(CONSTRAINTS) -e '.[$(MXNET_EXTRA),test,dali,docs,openvino]'
 	$(PY) -c 'import gluondet, horovod.mxnet' 2>/dev/null || \
 	  HOROVOD_WITH_MXNET=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_TENSORFLOW=1 \
 	  HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MPI=1 $(HOROVOD_ENV) \

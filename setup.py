@@ -68,6 +68,7 @@ setup(
         'dali': ['nvidia-dali-cuda110'],
         'horovod': ['horovod', 'cloudpickle', 'psutil', 'pyyaml'],
         'tensorrt': ['tensorrt', 'cuda-python'],
+        'openvino': ['openvino'],     # the openvino backend (CPU)
         'test': ['pytest', 'pytest-timeout', 'pytest-xdist', 'pycocotools', 'faster-coco-eval',
                  'gluoncv'],
         'docs': ['mkdocs==1.6.1', 'mkdocs-material==9.8.2'],   # make docs

@@ -56,11 +56,12 @@ def _model_arguments(parser):
     add = parser.add_argument
     add('-m', '--model', required=True,
         help='a model zoo name (with --params or --pretrained), a training output '
-             'PREFIX_best.params (its json beside), a symbol PREFIX, a .onnx file or a TensorRT '
-             '.engine file (its json beside); any detector, preprocessed as the model records')
-    add('--backend', choices=('mxnet', 'onnxruntime', 'tensorrt'),
+             'PREFIX_best.params (its json beside), a symbol PREFIX, a .onnx file, a TensorRT '
+             '.engine file (its json beside) or an OpenVINO .xml (its .bin beside); any '
+             'detector, preprocessed as the model records')
+    add('--backend', choices=('mxnet', 'onnxruntime', 'tensorrt', 'openvino'),
         help="default: the model's (mxnet for networks and symbols, onnxruntime for .onnx, "
-             'tensorrt for engines)')
+             'tensorrt for engines, openvino for .xml); a .onnx runs on openvino too')
     _weights_arguments(parser, "input size S or HEIGHT,WIDTH of a fixed-size model (SSD, "
                                "YOLOv3; default: the model's); a keep-ratio model (Faster R-CNN, "
                                "RetinaNet) takes each image at its own size")
@@ -87,17 +88,19 @@ def _export_arguments(parser):
                                'model or engine of a keep-ratio model (Faster R-CNN, RetinaNet) '
                                'takes any size up to its max size by default; this fixes one '
                                'size; its symbol takes any')
-    add('--format', dest='fmt', default='onnx', choices=('symbol', 'onnx', 'tensorrt'),
+    add('--format', dest='fmt', default='onnx', choices=('symbol', 'onnx', 'tensorrt', 'openvino'),
         help='symbol: PREFIX-symbol.json, PREFIX-0000.params, PREFIX-meta.json; onnx: one .onnx '
-             'file; tensorrt: an .engine file, the .onnx it is built from and a .json beside')
+             'file; tensorrt: an .engine file, the .onnx it is built from and a .json beside; '
+             'openvino: an OpenVINO IR .xml and its .bin, converted from the .onnx')
     add('-o', '--output', required=True, help='symbol: a path prefix; onnx: FILE.onnx; '
-                                              'tensorrt: FILE.engine')
+                                              'tensorrt: FILE.engine; openvino: FILE.xml')
     add('--batch-size', type=int,
         help='fixed batch of an ONNX model or engine (default 1); with --dynamic-batch, the '
              'largest batch of an engine (default 8)')
     add('--dynamic-batch', action='store_true', help='an ONNX model or engine for any batch size')
     add('--precision', choices=('fp32', 'fp16', 'int8'),
-        help='default fp32; onnx: fp32 or int8 (ONNX Runtime quantization); tensorrt: all three')
+        help='default fp32; onnx, openvino: fp32 or int8 (ONNX Runtime quantization); '
+             'tensorrt: all three')
     add('--calibration-images', help='int8: a folder of images like those the model will see')
     add('--calibration-batches', type=int, help='int8: batches to calibrate with (default all)')
     add('--calibration-cache', help='int8: calibration cache file, reused if it exists')
@@ -330,17 +333,17 @@ def _benchmark_arguments(parser):
     add('-m', '--model', required=True,
         help='what infer --model takes: a model zoo name (random weights made to detect many '
              'boxes, unless --params or --pretrained), a training output PREFIX_best.params, '
-             'a symbol PREFIX, a .onnx file or a TensorRT .engine file')
-    add('--backend', choices=('mxnet', 'onnxruntime', 'tensorrt'),
-        help="default: the model's. A Gluon network (zoo name or .params) with onnxruntime "
-             'or tensorrt is first exported to a temporary ONNX model with a dynamic batch '
-             '(tensorrt: and an fp32 engine up to the largest batch size)')
+             'a symbol PREFIX, a .onnx file, a TensorRT .engine file or an OpenVINO .xml')
+    add('--backend', choices=('mxnet', 'onnxruntime', 'tensorrt', 'openvino'),
+        help="default: the model's. A Gluon network (zoo name or .params) with onnxruntime, "
+             'openvino or tensorrt is first exported to a temporary ONNX model with a dynamic '
+             'batch (tensorrt: and an fp32 engine up to the largest batch size)')
     _weights_arguments(parser, "input size S or HEIGHT,WIDTH of a fixed-size model (SSD, "
                                "YOLOv3; default: the model's)")
     add('--batch-sizes', default='1', help='comma-separated batch sizes to time (default 1)')
     add('--threads', type=int,
-        help="CPU threads: MXNet's OpenMP threads (OMP_NUM_THREADS) or ONNX Runtime's intra-op "
-             "threads (default: gluondet's, one per physical core)")
+        help="CPU threads: MXNet's OpenMP threads (OMP_NUM_THREADS), ONNX Runtime's intra-op "
+             "or OpenVINO's inference threads (default: gluondet's, one per physical core)")
     add('--warmup', type=int, default=5, help='untimed runs before each batch size (default 5)')
     add('--iters', type=int, help='timed runs per batch size (default 100, unless --seconds)')
     add('--seconds', type=float, help='stop timing a batch size after this long')

@@ -3,8 +3,8 @@
 :func:`require` imports one; when it (or a package it imports) is not installed, the
 ImportError is one line naming what needed it and the ``pip install`` of the gluondet
 extra that brings it. ONNX, ONNX Runtime, matplotlib and TensorBoard come with every
-install (``gluondet[cpu]`` or ``gluondet[cu112]``); Horovod, DALI and TensorRT with their
-own extras.
+install (``gluondet[cpu]`` or ``gluondet[cu112]``); Horovod, DALI, TensorRT and OpenVINO with
+their own extras.
 """
 import importlib
 
@@ -21,6 +21,7 @@ PACKAGES = {
     'horovod': ('horovod', 'horovod'),
     'nvidia.dali': ('nvidia-dali-cuda110', 'dali'),
     'tensorrt': ('tensorrt', 'tensorrt'),
+    'openvino': ('openvino', 'openvino'),
     'cuda': ('cuda-python', 'tensorrt'),
     'pycocotools': ('pycocotools', 'test'),
 }

@@ -39,6 +39,10 @@ CASES = {
                  'with an NVIDIA GPU'),
     'cuda': ('from gluondet.deploy.calibration import _import_cudart\n_import_cudart()',
              "pip install 'gluondet[tensorrt]' on a machine with an NVIDIA GPU"),
+    'openvino': ('from gluondet.deploy.openvino import OpenVINORunner\n'
+                 'OpenVINORunner("model.xml")',
+                 "the openvino backend needs openvino, which is not installed: "
+                 "pip install 'gluondet[openvino]'"),
     'pycocotools': ('from types import SimpleNamespace\nfrom gluondet.data import COCODetection\n'
                     'COCODetection.coco.fget(SimpleNamespace(_coco=None, annotation_file="x"))',
                     "COCODetection.coco needs pycocotools, which is not installed: "

@@ -4,8 +4,8 @@ What is timed: one call of the predictor's runner on a preprocessed ``N x 3 x H 
 float32 batch, that is the network's forward with its box decoding and NMS (both inside
 the graph on every backend), until the outputs are numpy arrays in host memory. MXNet
 computes asynchronously: the clock starts after ``mx.nd.waitall()`` and stops after the
-outputs are copied out (``asnumpy`` waits for them) and ``mx.nd.waitall()``; ONNX Runtime
-and the TensorRT runner return when their outputs are in host memory. Not timed: reading
+outputs are copied out (``asnumpy`` waits for them) and ``mx.nd.waitall()``; ONNX Runtime,
+OpenVINO and the TensorRT runner return when their outputs are in host memory. Not timed: reading
 and decoding images, resizing and normalizing them, and the boxes' scaling back to the
 original pixels (the predictor's numpy work around the runner).
 
@@ -17,10 +17,10 @@ Models are what ``gluondet infer --model`` takes. A zoo name without ``params`` 
 ``pretrained`` gets random weights made to detect many overlapping boxes
 (:func:`~gluondet.deploy.compare.detecting_random_weights`), so that NMS has the work of a
 trained model (plain random weights give a handful of boxes). A Gluon network (zoo name
-or training output) benchmarked with ``onnxruntime`` or ``tensorrt`` is first exported
-to a temporary folder, as ``gluondet export --dynamic-batch`` would (a keep-ratio
-network's height and width dynamic too, as by default; for TensorRT an fp32 engine up to
-the largest batch asked for).
+or training output) benchmarked with ``onnxruntime``, ``openvino`` or ``tensorrt`` is first
+exported to a temporary folder, as ``gluondet export --dynamic-batch`` would (a keep-ratio
+network's height and width dynamic too, as by default; OpenVINO runs that ONNX model; for
+TensorRT an fp32 engine up to the largest batch asked for).
 """
 import datetime
 import importlib.metadata
@@ -44,6 +44,7 @@ from ..model_zoo import get_model, get_model_info
 from .calibration import _import_cudart, _import_tensorrt
 from .compare import detecting_random_weights
 from .commands import export_model
+from .openvino import require_openvino
 from .predictor import Predictor
 from .sources import BACKEND_OF, BACKENDS, shape_pair, source_kind
 
@@ -118,7 +119,7 @@ def load(model, backend=None, params=None, pretrained=False, data_shape=None, cl
         See :meth:`~gluondet.deploy.predictor.Predictor.from_model`; a zoo name without
         weights gets random detecting weights.
     threads : int, optional
-        ONNX Runtime's intra-op threads.
+        ONNX Runtime's intra-op or OpenVINO's inference threads.
     max_batch_size : int
         The largest batch of a TensorRT engine built from a Gluon network.
     workdir : str, optional
@@ -139,7 +140,7 @@ def load(model, backend=None, params=None, pretrained=False, data_shape=None, cl
         raise ValueError('%s is an MXNet symbol: it runs with backend mxnet; for %s, benchmark '
                          'the network it was exported from (a zoo name or .params)'
                          % (model, backend))
-    if kind in ('onnx', 'tensorrt') and not os.path.isfile(model):
+    if kind in ('onnx', 'tensorrt', 'openvino') and not os.path.isfile(model):
         raise FileNotFoundError('model file not found: %s' % model)
     if backend == 'tensorrt':       # before loading or exporting anything
         _import_tensorrt()
@@ -147,6 +148,8 @@ def load(model, backend=None, params=None, pretrained=False, data_shape=None, cl
     gluon = kind == 'zoo'           # a zoo name or a training output
     if gluon and params is None and not pretrained and not model.lower().endswith('.params'):
         params, weights = os.path.join(workdir, 'random.params'), 'random'
+    if backend == 'openvino':
+        require_openvino()
         _random_params(model, classes, data_shape, params)
     else:
         weights = ('pretrained' if pretrained else params or model) if gluon else 'exported'
@@ -154,7 +157,7 @@ def load(model, backend=None, params=None, pretrained=False, data_shape=None, cl
         predictor = Predictor.from_model(model, backend, params, pretrained, data_shape,
                                          classes, threads=threads)
         return predictor, {'weights': weights, 'exported': None}
-    fmt = 'onnx' if backend == 'onnxruntime' else 'tensorrt'
+    fmt = 'tensorrt' if backend == 'tensorrt' else 'onnx'
     output = os.path.join(workdir, 'model.onnx' if fmt == 'onnx' else 'model.engine')
     export_model(model, output, fmt, params, pretrained, classes, data_shape,
                  batch_size=None if fmt == 'onnx' else max_batch_size, dynamic_batch=True,
@@ -245,10 +248,12 @@ def _version(module, distributions):
 
 
 def versions():
-    """Versions of gluondet, mxnet, onnxruntime, tensorrt and numpy (None: not installed)."""
+    """Versions of gluondet, mxnet, onnxruntime, tensorrt, openvino and numpy (None: not
+    installed)."""
     return {'gluondet': __version__, 'mxnet': mx.__version__,
             'onnxruntime': _version('onnxruntime', ('onnxruntime', 'onnxruntime-gpu')),
-            'tensorrt': _version('tensorrt', ('tensorrt',)), 'numpy': np.__version__}
+            'tensorrt': _version('tensorrt', ('tensorrt',)),
+            'openvino': _version('openvino', ('openvino',)), 'numpy': np.__version__}
 
 
 def format_table(record):
@@ -282,15 +287,15 @@ def benchmark(model, backend=None, batch_sizes='1', params=None, pretrained=Fals
     ----------
     model, backend, params, pretrained, data_shape, classes
         See :meth:`~gluondet.deploy.predictor.Predictor.from_model`; a zoo name without
-        weights gets random detecting weights; a Gluon network with backend onnxruntime
-        or tensorrt is exported first (to a temporary folder).
+        weights gets random detecting weights; a Gluon network with backend onnxruntime,
+        openvino or tensorrt is exported first (to a temporary folder).
     batch_sizes : str or sequence of int
         ``'1,8'`` or ``[1, 8]``.
     threads : int, optional
         CPU threads: MXNet's OpenMP threads (they are set before mxnet is imported, by
         :func:`gluondet.threads.request_mxnet_threads`: a different count is an error once
-        it is) or ONNX Runtime's intra-op threads. Default: MXNet's count, ONNX Runtime's
-        (one per physical core). Not for TensorRT.
+        it is), ONNX Runtime's intra-op or OpenVINO's inference threads. Default: MXNet's
+        count, ONNX Runtime's and OpenVINO's (one per physical core). Not for TensorRT.
     warmup : int
         Untimed runs before timing each batch size.
     iters : int, optional
@@ -320,8 +325,8 @@ def benchmark(model, backend=None, batch_sizes='1', params=None, pretrained=Fals
     model = os.fspath(model)
     chosen = backend or BACKEND_OF[source_kind(model)]
     if chosen == 'tensorrt' and threads is not None:
-        raise ValueError('threads are for the CPU backends (MXNet, ONNX Runtime): TensorRT '
-                         'runs on the GPU')
+        raise ValueError('threads are for the CPU backends (MXNet, ONNX Runtime, OpenVINO): '
+                         'TensorRT runs on the GPU')
     if chosen == 'mxnet' and threads is not None \
             and not threads_module.request_mxnet_threads(threads):
         raise ValueError('MXNet was imported with %d OpenMP threads before %d could be set: '
@@ -343,7 +348,7 @@ def benchmark(model, backend=None, batch_sizes='1', params=None, pretrained=Fals
                 runner.close()
     if predictor.backend == 'mxnet':
         used = threads_module.mxnet_threads()
-    elif predictor.backend == 'onnxruntime':
+    elif predictor.backend in ('onnxruntime', 'openvino'):
         used = threads or threads_module.physical_cores()
     else:
         used = None

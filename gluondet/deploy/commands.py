@@ -9,13 +9,14 @@ import numpy as np
 
 from ..data import DATASETS, COCODetection, resolve_dataset
 from ..data.preprocess import input_range
-from ..files import writer
+from ..files import remove_if_exists, writer
 from ..metrics import COCODetectionMetric
 from ..metrics.coco_eval import format_summary
 from ..metrics.confusion import ConfusionMatrix
 from ..metrics.evaluation import evaluate, evaluate_voc, voc_metric
 from .calibration import CalibrationBatches
 from .networks import apply_nms, load_network
+from .openvino import IR_EXTENSION, save_openvino
 from .postprocess import postprocess_of
 from .infer import coco_results, infer, kitti_lines, write_json
 from .predictor import Predictor
@@ -27,7 +28,7 @@ from .views import wrap
 __all__ = ['FORMATS', 'export_model', 'export_summary', 'infer', 'evaluate',
            'evaluate_model', 'coco_results', 'kitti_lines']
 
-FORMATS = ('symbol', 'onnx', 'tensorrt')
+FORMATS = ('symbol', 'onnx', 'tensorrt', 'openvino')
 DYNAMIC_MAX_BATCH = 8   # largest batch of a dynamic-batch engine unless told
 
 
@@ -45,9 +46,12 @@ def _check_export(fmt, output, batch_size, dynamic_batch, precision, calibration
                              'PREFIX-0000.params, PREFIX-meta.json), got %s' % output)
         if batch_size is not None or dynamic_batch:
             raise ValueError('an MXNet symbol takes any batch: no batch size or dynamic batch')
-    elif fmt == 'onnx':
-        if not lower.endswith('.onnx'):
-            raise ValueError('the ONNX model file must end with .onnx, got %s' % output)
+    elif fmt in ('onnx', 'openvino'):
+        extension = '.onnx' if fmt == 'onnx' else IR_EXTENSION
+        if not lower.endswith(extension):
+            raise ValueError('the %s file must end with %s, got %s'
+                             % ('ONNX model' if fmt == 'onnx' else 'OpenVINO IR', extension,
+                                output))
         if batch_size is not None and dynamic_batch:
             raise ValueError('an ONNX model has a fixed batch size or a dynamic batch, not both')
     elif not lower.endswith(ENGINE_EXTENSIONS):
@@ -57,9 +61,9 @@ def _check_export(fmt, output, batch_size, dynamic_batch, precision, calibration
     calibrating = any(v is not None for v in (images, batches, cache))
     if fmt == 'symbol' and (precision is not None or calibrating):
         raise ValueError('precision and calibration settings are for the onnx and tensorrt formats')
-    if fmt == 'onnx' and precision == 'fp16':
+    if fmt in ('onnx', 'openvino') and precision == 'fp16':
         raise ValueError('fp16 is for the tensorrt format: ONNX Runtime on the CPU has no fp16 '
-                         'kernels (onnx takes fp32 or int8)')
+                         'kernels (onnx and openvino take fp32 or int8)')
     if precision != 'int8' and (calibrating or method is not None):
         raise ValueError('calibration settings are for int8 precision')
     if fmt == 'tensorrt' and method is not None:
@@ -71,12 +75,12 @@ def export_model(network, output, fmt='onnx', params=None, pretrained=False, cla
                  data_shape=None, batch_size=None, dynamic_batch=False, precision=None,
                  calibration_images=None, calibration_batches=None, calibration_cache=None,
                  calibration_method=None, gen_ds_config=False, nms=None, verbose=True):
-    """Export a network as an MXNet symbol, an ONNX model or a TensorRT engine.
+    """Export a network as an MXNet symbol, an ONNX model, a TensorRT engine or an OpenVINO IR.
 
     Each artifact carries what :meth:`Predictor.from_model` needs to run it:
-    the ONNX model in its metadata, the symbol in ``PREFIX-meta.json``, the
-    engine in the json of its stem (``model.engine`` -> ``model.json``, see
-    :func:`~gluondet.deploy.sources.model_metadata`).
+    the ONNX model in its metadata (an IR in its ``rt_info``), the symbol in
+    ``PREFIX-meta.json``, the engine in the json of its stem (``model.engine`` ->
+    ``model.json``, see :func:`~gluondet.deploy.sources.model_metadata`).
 
     Parameters
     ----------
@@ -86,7 +90,9 @@ def export_model(network, output, fmt='onnx', params=None, pretrained=False, cla
         Symbol: a path prefix. ONNX: a ``.onnx`` file. TensorRT: a ``.engine``
         (``.plan``, ``.trt``) file; the ONNX model it is built from is written
         beside it first (``model.engine`` -> ``model.onnx``).
-    fmt : {'symbol', 'onnx', 'tensorrt'}
+    fmt : {'symbol', 'onnx', 'tensorrt', 'openvino'}
+        OpenVINO: an IR ``.xml`` (its weights in the ``.bin`` beside), converted from the ONNX
+        model (:func:`~gluondet.deploy.openvino.save_openvino`).
     params, pretrained, classes, data_shape
         See :func:`~gluondet.deploy.networks.load_network`. A keep-ratio network's
         (Faster R-CNN, RetinaNet) ONNX model and engine take any height and width up to
@@ -100,7 +106,7 @@ def export_model(network, output, fmt='onnx', params=None, pretrained=False, cla
     dynamic_batch : bool
         ONNX and TensorRT: take batches of any size (engines: up to ``batch_size``).
     precision : {'fp32', 'fp16', 'int8'}, optional
-        Default fp32. TensorRT takes all three; ONNX fp32 or int8 (ONNX
+        Default fp32. TensorRT takes all three; ONNX and OpenVINO fp32 or int8 (ONNX
         Runtime's static quantization, :func:`~gluondet.deploy.quantize.quantize_onnx`).
     calibration_images, calibration_batches
         int8 only: a folder of images preprocessed as in validation, and how
@@ -109,7 +115,8 @@ def export_model(network, output, fmt='onnx', params=None, pretrained=False, cla
         int8 only: a cache file (TensorRT's, or ONNX Runtime's activation ranges),
         reused if it exists (then no image is read), else written.
     calibration_method : {'minmax', 'percentile'}, optional
-        ONNX int8 only (default minmax); see :func:`~gluondet.deploy.quantize.quantize_onnx`.
+        ONNX and OpenVINO int8 only (default minmax); see
+        :func:`~gluondet.deploy.quantize.quantize_onnx`.
     gen_ds_config : bool
         ONNX and TensorRT: also write DeepStream's ``nvinfer_config.txt`` and ``labels.txt``
         beside the model (:mod:`gluondet.deploy.deepstream`; for an engine, before it is
@@ -132,7 +139,7 @@ def export_model(network, output, fmt='onnx', params=None, pretrained=False, cla
         For the tensorrt format without TensorRT and a GPU (after writing the ONNX model).
     """
     calibration = (calibration_images, calibration_batches, calibration_cache, calibration_method)
-    if gen_ds_config and fmt == 'symbol':
+    if gen_ds_config and fmt in ('symbol', 'openvino'):
         raise ValueError('a DeepStream config is for the onnx and tensorrt formats (nvinfer '
                          'reads ONNX models and TensorRT engines)')
     _check_export(fmt, output, batch_size, dynamic_batch, precision, calibration)
@@ -176,20 +183,25 @@ def export_model(network, output, fmt='onnx', params=None, pretrained=False, cla
     def write_onnx(path):
         export_onnx(net, path, shape, batch, dynamic_batch, dynamic_size, metadata=metadata)
 
-    if fmt == 'onnx':
-        if precision != 'int8':
-            write_onnx(output)
-        else:
-            from .quantize import quantize_onnx
-            float_path = output + '.float%d.onnx' % os.getpid()
-            try:
-                write_onnx(float_path)
-                quantize_onnx(float_path, output, calibrator, calibration_method or 'minmax')
-            finally:
-                if os.path.exists(float_path):
-                    os.remove(float_path)
-        files = [output] + _deepstream(gen_ds_config, output, precision=precision,
-                                       batch_size=batch)
+    if fmt in ('onnx', 'openvino'):     # an IR is converted from the ONNX model
+        onnx_path = output if fmt == 'onnx' else output + '.tmp%d.onnx' % os.getpid()
+        try:
+            if precision != 'int8':
+                write_onnx(onnx_path)
+            else:
+                from .quantize import quantize_onnx
+                float_path = onnx_path + '.float%d.onnx' % os.getpid()
+                try:
+                    write_onnx(float_path)
+                    quantize_onnx(float_path, onnx_path, calibrator,
+                                  calibration_method or 'minmax')
+                finally:
+                    remove_if_exists(float_path)
+            files = (save_openvino(onnx_path, output) if fmt == 'openvino' else [output]
+                     + _deepstream(gen_ds_config, output, precision=precision, batch_size=batch))
+        finally:
+            if fmt == 'openvino':
+                remove_if_exists(onnx_path)
         return _summary(verbose, files, dict(metadata, precision=precision or 'fp32'), dims)
 
     precision = precision or 'fp32'

@@ -6,8 +6,9 @@ network does (``N x K x 1``, ``N x K x 1``, ``N x K x 4``, boxes in input pixels
 rows padded with -1), with an attribute ``batch_range = (smallest, largest)``
 batch it takes (``largest`` None: unbounded).
 :class:`~gluondet.deploy.runners.MXNetRunner`,
-:class:`~gluondet.deploy.runners.ONNXRuntimeRunner` and
-:class:`~gluondet.deploy.tensorrt.TensorRTRunner` are runners. :class:`Predictor`
+:class:`~gluondet.deploy.runners.ONNXRuntimeRunner`,
+:class:`~gluondet.deploy.tensorrt.TensorRTRunner` and
+:class:`~gluondet.deploy.openvino.OpenVINORunner` are runners. :class:`Predictor`
 does the rest, the same for every runner: the validation preprocessing the model's
 metadata records (:mod:`gluondet.data.preprocess`: a fixed size for SSD, each image
 resized keeping its aspect ratio for Faster R-CNN and RetinaNet), batching (a keep-ratio
@@ -25,7 +26,10 @@ Model sources (:meth:`Predictor.from_model`):
   :func:`~gluondet.deploy.networks.load_network`);
 - an MXNet symbol prefix (``{prefix}-symbol.json``, ``{prefix}-0000.params``,
   described by ``{prefix}-meta.json``);
-- an ONNX model (``.onnx``; classes and preprocessing from its metadata);
+- an ONNX model (``.onnx``; classes and preprocessing from its metadata), run by ONNX
+  Runtime or OpenVINO;
+- an OpenVINO IR (``.xml``, its ``.bin`` beside; converted from the ONNX model, with its
+  metadata);
 - a TensorRT engine (``.engine``, ``.plan`` or ``.trt``) described by the json of
   the same stem beside it (``model.engine`` -> ``model.json``).
 
@@ -49,9 +53,10 @@ from ..data.preprocess import (check_preprocessing, fixed_size, padded_shape,
 from ..metadata import read_json
 from .calibration import IMAGE_EXTENSIONS
 from .networks import load_network
+from .openvino import OpenVINORunner
 from .runners import MXNetRunner, ONNXRuntimeRunner, _symbol_prefix, _symbol_runner
-from .sources import (BACKEND_OF, BACKENDS, SOURCE_NAMES, agree, metadata_path, shape_pair,
-                      source_kind)
+from .sources import (BACKEND_OF, BACKENDS, SOURCE_BACKENDS, SOURCE_NAMES, agree, metadata_path,
+                      shape_pair, source_kind)
 from .tensorrt import TensorRTRunner
 
 __all__ = ['Detections', 'Prediction', 'Predictions', 'Predictor', 'clip_boxes', 'list_images',
@@ -372,10 +377,10 @@ class Predictor:
         model : str or HybridBlock
             See the module docstring for the sources; a Gluon detector object
             is run as it is (``data_shape`` then defaults to its ``base_size``).
-        backend : {'mxnet', 'onnxruntime', 'tensorrt'}, optional
+        backend : {'mxnet', 'onnxruntime', 'tensorrt', 'openvino'}, optional
             Default: the one the source needs (Gluon networks and symbols run
-            in MXNet, ``.onnx`` in ONNX Runtime, engines in TensorRT); another
-            is an error.
+            in MXNet, ``.onnx`` in ONNX Runtime or OpenVINO, engines in TensorRT, IR
+            ``.xml`` in OpenVINO); another is an error.
         params, pretrained
             Weights for a zoo name (see :func:`~gluondet.deploy.networks.load_network`).
         data_shape : int or (int, int), optional
@@ -389,7 +394,8 @@ class Predictor:
         ctx : Context, optional
             MXNet's device (default the CPU).
         threads : int, optional
-            ONNX Runtime's intra-op threads (default its own: one per physical core).
+            ONNX Runtime's intra-op threads or OpenVINO's inference threads (default
+            theirs: one per physical core).
             MXNet's OpenMP threads are set before it is imported (:mod:`gluondet.threads`).
 
         Returns
@@ -401,15 +407,18 @@ class Predictor:
         else:
             model = os.fspath(model)
             kind, name = source_kind(model), model
-        needed = BACKEND_OF[kind]
-        if backend is not None and backend != needed:
+        needed = backend or BACKEND_OF[kind]
+        if needed not in SOURCE_BACKENDS[kind]:
             if backend not in BACKENDS:
                 raise ValueError('backend must be one of %s, got %r' % (', '.join(BACKENDS),
                                                                         backend))
-            hint = (' (export an engine from it with gluondet export --format tensorrt)'
-                    if backend == 'tensorrt' else '')
-            raise ValueError('%s is %s: it runs with backend %r, not %r%s'
-                             % (name, SOURCE_NAMES[kind], needed, backend, hint))
+            hint = {'tensorrt': ' (export an engine from it with gluondet export --format '
+                                'tensorrt)',
+                    'openvino': ' (export it with gluondet export --format openvino or onnx)'}
+            raise ValueError('%s is %s: it runs with backend %s, not %r%s'
+                             % (name, SOURCE_NAMES[kind], ' or '.join(
+                                 repr(b) for b in SOURCE_BACKENDS[kind]), backend,
+                                hint.get(backend, '')))
         classes = None if classes is None else tuple(classes)
         shape = None if data_shape is None else shape_pair(data_shape)
         if isinstance(model, gluon.Block):
@@ -427,8 +436,9 @@ class Predictor:
         if params is not None or pretrained:
             raise ValueError('params and pretrained go with a model zoo name, not with %s (%s)'
                              % (SOURCE_NAMES[kind], model))
-        if kind == 'onnx':
-            runner = ONNXRuntimeRunner(model, threads=threads)
+        if kind in ('onnx', 'openvino'):
+            runner = (OpenVINORunner if needed == 'openvino' else ONNXRuntimeRunner)(
+                model, threads=threads)
             meta = runner.metadata
         else:
             path = metadata_path(_symbol_prefix(model) if kind == 'symbol' else model)

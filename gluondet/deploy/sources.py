@@ -2,10 +2,11 @@
 metadata an exported model carries.
 
 A source is a model zoo name or a training output ``.params`` (``zoo``: a Gluon network),
-an MXNet symbol prefix (``symbol``), an ONNX model (``onnx``) or a TensorRT engine
-(``tensorrt``). An export describes itself (:func:`model_metadata`): an ONNX model in its
-metadata, a symbol in ``{prefix}-meta.json``, an engine in the json of its stem
-(:func:`metadata_path`).
+an MXNet symbol prefix (``symbol``), an ONNX model (``onnx``: ONNX Runtime by default, or
+OpenVINO), a TensorRT engine (``tensorrt``) or an OpenVINO IR ``.xml`` (``openvino``). An
+export describes itself (:func:`model_metadata`): an ONNX model in its metadata (an IR in
+its ``rt_info``, converted from it), a symbol in ``{prefix}-meta.json``, an engine in the
+json of its stem (:func:`metadata_path`).
 """
 import json
 import numbers
@@ -15,23 +16,29 @@ from ..data.preprocess import preprocessing_of
 from .postprocess import postprocess_of
 
 __all__ = ['BACKENDS', 'BACKEND_OF', 'ENGINE_EXTENSIONS', 'METADATA_FORMAT', 'NMS_SETTINGS',
-           'SOURCE_NAMES', 'agree', 'decode_metadata', 'metadata_path', 'model_metadata',
-           'shape_pair', 'source_kind']
+           'SOURCE_BACKENDS', 'SOURCE_NAMES', 'agree', 'decode_metadata', 'metadata_path',
+           'model_metadata', 'shape_pair', 'source_kind']
 
-BACKENDS = ('mxnet', 'onnxruntime', 'tensorrt')
+BACKENDS = ('mxnet', 'onnxruntime', 'tensorrt', 'openvino')
 METADATA_FORMAT = 'gluondet-deploy'
 ENGINE_EXTENSIONS = ('.engine', '.plan', '.trt')
 NMS_SETTINGS = ('score_thresh', 'nms_thresh', 'nms_topk', 'post_nms', 'force_nms')
-BACKEND_OF = {'zoo': 'mxnet', 'symbol': 'mxnet', 'onnx': 'onnxruntime', 'tensorrt': 'tensorrt'}
+# the backends that run each kind of source, its default first
+SOURCE_BACKENDS = {'zoo': ('mxnet',), 'symbol': ('mxnet',), 'onnx': ('onnxruntime', 'openvino'),
+                   'tensorrt': ('tensorrt',), 'openvino': ('openvino',)}
+BACKEND_OF = {kind: backends[0] for kind, backends in SOURCE_BACKENDS.items()}
 SOURCE_NAMES = {'zoo': 'a Gluon network', 'symbol': 'an MXNet symbol', 'onnx': 'an ONNX model',
-                'tensorrt': 'a TensorRT engine'}
+                'tensorrt': 'a TensorRT engine', 'openvino': 'an OpenVINO IR'}
 
 
 def source_kind(model):
-    """``'onnx'``, ``'tensorrt'``, ``'symbol'`` or ``'zoo'`` (a zoo name or params file)."""
+    """``'onnx'``, ``'tensorrt'``, ``'openvino'``, ``'symbol'`` or ``'zoo'`` (a zoo name or
+    params file)."""
     lower = model.lower()
     if lower.endswith('.onnx'):
         return 'onnx'
+    if lower.endswith('.xml'):
+        return 'openvino'
     if lower.endswith(ENGINE_EXTENSIONS):
         return 'tensorrt'
     if lower.endswith('-symbol.json') or os.path.isfile(model + '-symbol.json'):
