@@ -98,7 +98,7 @@ def _convert_group_norm(node, **kwargs):
 
 
 def export_onnx(net, path, data_shape, batch_size=1, dynamic_batch=False, dynamic_size=False,
-                opset=OPSET, metadata=None):
+                opset=OPSET, metadata=None, nms=True):
     """Write a detector as an ONNX model whose outputs equal the Gluon inference output.
 
     Parameters
@@ -122,13 +122,17 @@ def export_onnx(net, path, data_shape, batch_size=1, dynamic_batch=False, dynami
         ``width``), any size up to ``data_shape`` (the anchors are cropped to the feature
         maps in the graph, as the network crops them), so that each image runs at its
         own size, as in Gluon.
+    nms : bool
+        False: the graph ends before the final NMS: its outputs are the candidates the NMS
+        would take (sorted by score, boxes decoded, rows of -1 for invalid ones; a Faster
+        R-CNN's class after class), for an NMS on the host (:mod:`gluondet.deploy.nms`).
     opset : int
         ONNX opset; only 13 is supported (mx2onnx's translations stop there).
     metadata : dict or None
         Extra ``{key: value}`` stored in the model's metadata, values JSON-encoded
         (for example the input ``mean`` and ``std``). The model always records
-        ``classes``, ``data_shape``, ``batch_size`` (null if dynamic), ``nms``,
-        ``postprocess_kind`` and ``preprocessing``
+        ``classes``, ``data_shape``, ``batch_size`` (null if dynamic), ``nms`` (the
+        settings), ``nms_applied`` (``nms``), ``postprocess_kind`` and ``preprocessing``
         (:func:`~gluondet.data.preprocess.preprocessing_of` the network); a keep-ratio
         network also ``short``, ``max_size`` and ``fixed_input_size`` (false with
         ``dynamic_size``), and an ``rcnn`` kind ``rpn`` (its proposal settings).
@@ -157,7 +161,7 @@ def export_onnx(net, path, data_shape, batch_size=1, dynamic_batch=False, dynami
     symbolic = {0: 'batch'} if dynamic_batch else {}
     if dynamic_size:
         symbolic.update({2: 'height', 3: 'width'})
-    graph, rows, props = globals()[post.onnx_graph](net, shape, symbolic)
+    graph, rows, props = globals()[post.onnx_graph](net, shape, symbolic, nms)
     batch = 'batch' if dynamic_batch else shape[0]
     del graph.output[:]
     graph.output.extend(helper.make_tensor_value_info(name, TensorProto.FLOAT, [batch, rows, n])
@@ -170,7 +174,7 @@ def export_onnx(net, path, data_shape, batch_size=1, dynamic_batch=False, dynami
                               opset_imports=[helper.make_opsetid('', OPSET)])
     props = dict({'classes': list(net.classes), 'data_shape': list(shape[2:]),
                   'batch_size': None if dynamic_batch else shape[0],
-                  'postprocess_kind': post.kind}, **props)
+                  'postprocess_kind': post.kind, 'nms_applied': nms}, **props)
     props['preprocessing'] = preprocessing_of(net, shape[2:])
     if props['preprocessing']['resize'] == 'keep_ratio':
         props.update(short=net.short, max_size=net.max_size, fixed_input_size=not dynamic_size)
@@ -198,7 +202,7 @@ def _single_stage_body(net, shape, symbolic, anchor_outputs):
     return _convert_body(symbol, params, [('data', shape)], symbolic), anchors, level_sizes
 
 
-def softmax_nms_graph(net, shape, symbolic):
+def softmax_nms_graph(net, shape, symbolic, apply_nms=True):
     """``softmax_nms`` (SSD's): mx2onnx's body, then the post-processing, with the anchors
     as constants (one input size)."""
     graph, anchors, _ = _single_stage_body(net, shape, symbolic, anchor_outputs=False)
@@ -206,12 +210,12 @@ def softmax_nms_graph(net, shape, symbolic):
     post = GraphBuilder('postprocess')
     rows = add_ssd_postprocess(post, 'cls_preds', 'box_preds', anchors, net.num_classes,
                                net.box_decoder.stds, nms.score_thresh, nms.nms_thresh,
-                               nms.nms_topk, nms.post_nms, OUTPUTS)
+                               nms.nms_topk, nms.post_nms, OUTPUTS, apply_nms)
     _append(graph, post)
     return graph, rows, {'nms': _nms_props(nms)}
 
 
-def sigmoid_topk_nms_graph(net, shape, symbolic):
+def sigmoid_topk_nms_graph(net, shape, symbolic, apply_nms=True):
     """``sigmoid_topk_nms`` (RetinaNet's): mx2onnx's body with each level's anchors (cropped
     to its map: any input size), then the post-processing."""
     graph, _, level_sizes = _single_stage_body(net, shape, symbolic, anchor_outputs=True)
@@ -220,12 +224,12 @@ def sigmoid_topk_nms_graph(net, shape, symbolic):
     rows = add_retinanet_postprocess(
         post, 'cls_preds', 'box_preds', ['anchors%d' % i for i in range(len(level_sizes))],
         level_sizes, net.num_classes, net.box_decoder.stds, net.box_decoder.clip,
-        nms.score_thresh, nms.nms_thresh, nms.nms_topk, nms.post_nms, OUTPUTS)
+        nms.score_thresh, nms.nms_thresh, nms.nms_topk, nms.post_nms, OUTPUTS, apply_nms)
     _append(graph, post)
     return graph, rows, {'nms': _nms_props(nms)}
 
 
-def rcnn_graph(net, shape, symbolic):
+def rcnn_graph(net, shape, symbolic, apply_nms=True):
     """``rcnn`` (Faster R-CNN's): mx2onnx's backbone + RPN head, the proposals and ROI Align,
     mx2onnx's box head, then the detection post-processing."""
     extractor = net.roi_extractor
@@ -266,7 +270,7 @@ def rcnn_graph(net, shape, symbolic):
     rows = add_rcnn_postprocess(
         post, 'cls_preds', 'box_preds', 'proposals', num_rois, net.num_classes,
         net.box_decoder.stds, net.box_decoder.clip, nms.score_thresh, nms.nms_thresh,
-        nms.nms_topk, nms.post_nms, nms.force_nms, nms.valid_thresh, OUTPUTS)
+        nms.nms_topk, nms.post_nms, nms.force_nms, nms.valid_thresh, OUTPUTS, apply_nms)
     _append(graph, post)
     props = {'nms': _nms_props(nms, 'force_nms'),
              'rpn': {'nms_thresh': proposal.nms_thresh, 'pre_nms': pre_nms,
@@ -274,7 +278,7 @@ def rcnn_graph(net, shape, symbolic):
     return graph, rows, props
 
 
-def yolo3_graph(net, shape, symbolic):
+def yolo3_graph(net, shape, symbolic, apply_nms=True):
     """``yolo3`` (YOLOv3's): mx2onnx's body up to the prediction layers, then the decoding
     (cell grids from each map's shape: any input size) and the post-processing."""
     symbol, params, level_sizes = yolo3_body(net, shape[2:])
@@ -284,7 +288,7 @@ def yolo3_graph(net, shape, symbolic):
     rows = add_yolo3_postprocess(
         post, ['pred%d' % i for i in range(len(level_sizes))], net.anchors, net.strides,
         level_sizes, net.num_classes, nms.score_thresh, nms.nms_thresh, nms.nms_topk,
-        nms.post_nms, OUTPUTS)
+        nms.post_nms, OUTPUTS, apply_nms)
     _append(graph, post)
     return graph, rows, {'nms': _nms_props(nms)}
 

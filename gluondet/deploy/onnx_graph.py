@@ -195,7 +195,8 @@ def _rows(g, columns, order, is_kept, picked, num_rows, outputs):
 # ---------------------------------------------------------------- SSD
 
 def add_ssd_postprocess(g, cls_preds, box_preds, anchors, num_classes, stds, score_thresh,
-                        nms_thresh, nms_topk, post_nms, outputs=('ids', 'scores', 'boxes')):
+                        nms_thresh, nms_topk, post_nms, outputs=('ids', 'scores', 'boxes'),
+                        nms=True):
     """Append the SSD inference post-processing (:class:`gluondet.nn.MultiClassNMS`).
 
     Softmax; every (class, anchor) pair is a candidate, class-major; the ``nms_topk``
@@ -221,11 +222,14 @@ def add_ssd_postprocess(g, cls_preds, box_preds, anchors, num_classes, stds, sco
     outputs : 3 str
         Names of the outputs ``ids`` and ``scores`` ``B x K x 1`` and ``boxes``
         ``B x K x 4``.
+    nms : bool
+        False: end before the NMS, with its candidates (:func:`_detections`).
 
     Returns
     -------
     int
-        ``K``: ``post_nms``, or ``C * A`` when ``post_nms <= 0``.
+        ``K``: ``post_nms``, or ``C * A`` when ``post_nms <= 0`` (without ``nms``: the
+        candidates, ``min(nms_topk, C * A)``).
     """
     if not 0 < nms_thresh < 1 or nms_topk <= 0:
         raise ValueError('ONNX export needs 0 < nms_thresh < 1 and nms_topk > 0 (set_nms), '
@@ -243,23 +247,38 @@ def add_ssd_postprocess(g, cls_preds, box_preds, anchors, num_classes, stds, sco
     num_anchors_c = g.const(num_anchors, np.int64)
     class_id = g.op('Div', [index, num_anchors_c])                            # B x k
     anchor = g.op('Mod', [index, num_anchors_c])
-    _detections(g, scores, class_id, anchor, box_preds, g.const(anchors), stds, None, k,
-                nms_thresh, score_thresh, num_classes, out_rows, outputs)
-    return out_rows
+    return _detections(g, scores, class_id, anchor, box_preds, g.const(anchors), stds, None,
+                       k, nms_thresh, score_thresh, num_classes, out_rows, outputs, nms)
 
 
 def _detections(g, scores, class_id, anchor, box_preds, anchors, stds, clip, k, nms_thresh,
-                score_thresh, num_classes, out_rows, outputs):
+                score_thresh, num_classes, out_rows, outputs, nms=True):
     """From ``k`` candidates sorted by score (``B x k`` scores, int64 class ids and anchor
     indices): decode their boxes (``anchors`` names the ``A x 4`` anchors), NMS within
-    classes, the ``out_rows`` first survivors."""
+    classes, the ``out_rows`` first survivors; returns the number of rows. Without ``nms``:
+    the ``k`` candidates, rows of -1 for those not scoring above ``score_thresh``."""
     boxes = _decode(g, _take(g, box_preds, anchor),
                     g.op('Gather', [anchors, anchor], axis=0), stds, clip)
-    kept_rank = _nms(g, scores, boxes, k, nms_thresh, score_thresh, class_id, num_classes)
+    return _suppressed_rows(g, scores, class_id, boxes, k, nms_thresh, score_thresh,
+                            num_classes, out_rows, outputs, nms)
+
+
+def _suppressed_rows(g, scores, class_id, boxes, k, nms_thresh, valid_thresh, num_classes,
+                     out_rows, outputs, nms=True):
+    """The rows of ``k`` candidates sorted by score (``B x k`` scores and int64 class ids,
+    ``B x k x 4`` boxes) after NMS within classes: the ``out_rows`` first survivors. Without
+    ``nms``, the candidates themselves (``k`` rows; -1 where not above ``valid_thresh``).
+    Returns the number of rows."""
+    columns = [_column(g, class_id, True), _column(g, scores), boxes]
+    if not nms:
+        _rows(g, columns, None, g.op('Greater', [scores, g.scalar(valid_thresh)]), k, k,
+              outputs)
+        return k
+    kept_rank = _nms(g, scores, boxes, k, nms_thresh, valid_thresh, class_id, num_classes)
     out_k = min(out_rows, k)
     kept, order = g.op('TopK', [kept_rank, g.ints(out_k)], 2, axis=1)
-    _rows(g, [_column(g, class_id, True), _column(g, scores), boxes], order,
-          g.op('Greater', [kept, g.scalar(0)]), out_k, out_rows, outputs)
+    _rows(g, columns, order, g.op('Greater', [kept, g.scalar(0)]), out_k, out_rows, outputs)
+    return out_rows
 
 
 # ---------------------------------------------------------------- RetinaNet
@@ -282,7 +301,7 @@ def _best_of_level(g, probs, size, start, k, score_thresh):
 
 def add_retinanet_postprocess(g, cls_preds, box_preds, anchors, level_sizes, num_classes, stds,
                               clip, score_thresh, nms_thresh, level_topk, post_nms,
-                              outputs=('ids', 'scores', 'boxes')):
+                              outputs=('ids', 'scores', 'boxes'), nms=True):
     """Append RetinaNet's inference (:class:`gluondet.nn.LevelTopKNMS`), for any input size.
 
     Sigmoid scores; in each level the ``level_topk`` best (class, anchor) candidates
@@ -308,11 +327,14 @@ def add_retinanet_postprocess(g, cls_preds, box_preds, anchors, level_sizes, num
     score_thresh, nms_thresh, level_topk, post_nms
         As :class:`gluondet.nn.LevelTopKNMS`.
     outputs : 3 str
+    nms : bool
+        False: end before the NMS, with its candidates.
 
     Returns
     -------
     int
-        ``K``: ``post_nms``, or ``len(level_sizes) * level_topk`` when ``post_nms <= 0``.
+        ``K``: ``post_nms``, or ``len(level_sizes) * level_topk`` when ``post_nms <= 0``
+        (without ``nms``: the candidates of all levels).
     """
     if not 0 < nms_thresh < 1 or level_topk <= 0:
         raise ValueError('ONNX export needs 0 < nms_thresh < 1 and nms_topk > 0 (set_nms), '
@@ -336,9 +358,8 @@ def add_retinanet_postprocess(g, cls_preds, box_preds, anchors, level_sizes, num
     anchor = g.op('GatherElements', [g.op('Concat', places, axis=1), order], axis=1)
     out_rows = post_nms if post_nms > 0 else len(level_sizes) * level_topk   # as the block's
     all_anchors = g.op('Reshape', [g.op('Concat', anchors, axis=1), g.ints(-1, 4)])
-    _detections(g, scores, class_id, anchor, box_preds, all_anchors, stds, clip, k, nms_thresh,
-                score_thresh, num_classes, out_rows, outputs)
-    return out_rows
+    return _detections(g, scores, class_id, anchor, box_preds, all_anchors, stds, clip, k,
+                       nms_thresh, score_thresh, num_classes, out_rows, outputs, nms)
 
 
 # ---------------------------------------------------------------- Faster R-CNN
@@ -466,7 +487,7 @@ def add_roi_align(g, proposals, maps, size, strides, sample_ratio=2, levels=None
 
 def add_rcnn_postprocess(g, cls_preds, box_preds, proposals, num_rois, num_classes, stds, clip,
                          score_thresh, nms_thresh, nms_topk, post_nms, force_nms=False,
-                         valid_thresh=1e-4, outputs=('ids', 'scores', 'boxes')):
+                         valid_thresh=1e-4, outputs=('ids', 'scores', 'boxes'), nms=True):
     """Append Faster R-CNN's detection: softmax, class-specific decoding, per-class NMS.
 
     As :class:`gluondet.nn.PerClassNMS` over the class probabilities and the boxes
@@ -491,11 +512,15 @@ def add_rcnn_postprocess(g, cls_preds, box_preds, proposals, num_rois, num_class
     valid_thresh : float
         ``box_nms``'s ``valid_thresh`` in PerClassNMS.
     outputs : 3 str
+    nms : bool
+        False: end before the NMS, with its candidates: each class's ``nms_topk`` best,
+        class after class (``force_nms``: the ``nms_topk`` best of all).
 
     Returns
     -------
     int
-        ``K``: ``post_nms``, or ``C * P`` when ``post_nms <= 0``.
+        ``K``: ``post_nms``, or ``C * P`` when ``post_nms <= 0`` (without ``nms``: the
+        candidates).
     """
     num_candidates = num_classes * num_rois
     probs = g.op('Softmax', [g.op('Reshape', [cls_preds, g.ints(-1, num_rois, num_classes + 1)])],
@@ -513,17 +538,28 @@ def add_rcnn_postprocess(g, cls_preds, box_preds, proposals, num_rois, num_class
         top, index = g.op('TopK', [g.op('Reshape', [scores, g.ints(-1, num_candidates)]),
                                    g.ints(k)], 2, axis=1)
         boxes = _take(g, g.op('Reshape', [boxes, g.ints(-1, num_candidates, 4)]), index)
-        kept_rank = _nms(g, top, boxes, k, nms_thresh, valid_thresh)
         class_of_slot = g.op('Div', [index, g.const(num_rois, np.int64)])      # B x k
+        if not nms:
+            return _suppressed_rows(g, top, class_of_slot, boxes, k, None, valid_thresh, 1,
+                                    None, outputs, nms)
+        kept_rank = _nms(g, top, boxes, k, nms_thresh, valid_thresh)
         slots = k
     else:               # a row of P candidates per image and class
         k = min(nms_topk, num_rois) if nms_topk > 0 else num_rois
         top, index = g.op('TopK', [g.op('Reshape', [scores, g.ints(-1, num_rois)]), g.ints(k)],
                           2, axis=1)
         boxes = _take(g, g.op('Reshape', [boxes, g.ints(-1, num_rois, 4)]), index)
+        slots = num_classes * k
+        if not nms:     # B x C * k, class after class
+            class_id = g.op('Div', [g.const(np.arange(slots).reshape(1, -1), np.int64),
+                                    g.const(k, np.int64)])
+            class_id = g.op('Expand', [class_id, g.op('Shape', [g.op(
+                'Reshape', [top, g.ints(-1, slots)])])])
+            return _suppressed_rows(g, g.op('Reshape', [top, g.ints(-1, slots)]), class_id,
+                                    g.op('Reshape', [boxes, g.ints(-1, slots, 4)]), slots,
+                                    None, valid_thresh, num_classes, None, outputs, nms)
         kept_rank = _nms(g, top, boxes, k, nms_thresh, valid_thresh)          # (B * C) x k
         class_of_slot = None
-        slots = num_classes * k
     detected = g.op('Where', [g.op('Greater', [kept_rank, g.scalar(0)]), top, g.scalar(-1)])
     detected = g.op('Reshape', [detected, g.ints(-1, slots)])
     boxes = g.op('Reshape', [boxes, g.ints(-1, slots, 4)])

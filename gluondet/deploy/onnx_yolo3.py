@@ -10,7 +10,7 @@ from mxnet import autograd
 from mxnet.gluon.parameter import DeferredInitializationError
 from onnx import TensorProto
 
-from .onnx_graph import _best_of_level, _column, _nms, _rows, _sigmoid, _take
+from .onnx_graph import _best_of_level, _sigmoid, _suppressed_rows, _take
 from .symbol import input_shape
 
 __all__ = ['yolo3_body', 'add_yolo3_postprocess']
@@ -90,7 +90,8 @@ def _decode(g, pred, anchors, stride, num_classes):
 
 
 def add_yolo3_postprocess(g, preds, anchors, strides, level_sizes, num_classes, score_thresh,
-                          nms_thresh, nms_topk, post_nms, outputs=('ids', 'scores', 'boxes')):
+                          nms_thresh, nms_topk, post_nms, outputs=('ids', 'scores', 'boxes'),
+                          nms=True):
     """Append YOLOv3's decoding and post-processing, for any input size.
 
     Each output's candidates class-major, scores above ``score_thresh``; its
@@ -113,11 +114,14 @@ def add_yolo3_postprocess(g, preds, anchors, strides, level_sizes, num_classes, 
         As :class:`~gluondet.model_zoo.yolo3.YOLONMS`; ``0 < nms_thresh < 1`` and
         ``nms_topk > 0`` are required.
     outputs : 3 str
+    nms : bool
+        False: end before the NMS, with its candidates.
 
     Returns
     -------
     int
-        ``K``: ``post_nms``, or ``C x`` the places at the largest input when ``post_nms <= 0``.
+        ``K``: ``post_nms``, or ``C x`` the places at the largest input when ``post_nms <= 0``
+        (without ``nms``: the candidates, at most ``nms_topk``).
     """
     if not 0 < nms_thresh < 1 or nms_topk <= 0:
         raise ValueError('ONNX export needs 0 < nms_thresh < 1 and nms_topk > 0 (set_nms), '
@@ -141,10 +145,6 @@ def add_yolo3_postprocess(g, preds, anchors, strides, level_sizes, num_classes, 
     class_id = g.op('GatherElements', [g.op('Concat', classes, axis=1), order], axis=1)
     place = g.op('GatherElements', [g.op('Concat', places, axis=1), order], axis=1)
     boxes = _take(g, g.op('Concat', all_boxes, axis=1), place)
-    kept_rank = _nms(g, best, boxes, k, nms_thresh, score_thresh, class_id, num_classes)
     out_rows = post_nms if post_nms > 0 else num_classes * sum(level_sizes)
-    out_k = min(out_rows, k)
-    kept, order = g.op('TopK', [kept_rank, g.ints(out_k)], 2, axis=1)
-    _rows(g, [_column(g, class_id, True), _column(g, best), boxes], order,
-          g.op('Greater', [kept, g.scalar(0)]), out_k, out_rows, outputs)
-    return out_rows
+    return _suppressed_rows(g, best, class_id, boxes, k, nms_thresh, score_thresh, num_classes,
+                            out_rows, outputs, nms)

@@ -14,7 +14,8 @@ the modules that hold them: those import onnx, or this table, so it cannot impor
 - ``any_size``: whether its ONNX graph takes inputs of any height and width (the anchors
   cropped in the graph to each feature map) or only the size it was exported at;
 - ``onnx_graph``: the name of its builder in :mod:`gluondet.deploy.onnx`, ``(net, shape,
-  symbolic) -> (graph, rows, props)``, the ONNX graph of the body and post-processing;
+  symbolic, apply_nms) -> (graph, rows, props)``, the ONNX graph of the body and
+  post-processing (without ``apply_nms``, up to the final NMS: its candidates);
 - ``detecting_weights``: the name of a function of :mod:`gluondet.deploy.compare`, ``(net, x,
   class_std, max_gap)``, that scales the predictors of a randomly initialized network so
   that it detects many overlapping boxes

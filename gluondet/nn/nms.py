@@ -5,6 +5,19 @@ from .boxops import batch_take
 
 __all__ = ['MultiClassNMS', 'LevelTopKNMS', 'PerClassNMS', 'top_candidates']
 
+# Every block below has ``candidates`` (default False): True returns the rows its NMS would
+# take, in the NMS's order (by score, ties in table order), none suppressed and no post_nms
+# cut, for an NMS run elsewhere (class-agnostic or soft NMS: gluondet.deploy.nms).
+NO_SUPPRESSION = 2.0    # an IoU threshold no overlap passes
+
+
+def _overlap(block):
+    return NO_SUPPRESSION if block.candidates else block.nms_thresh
+
+
+def _post_nms(block):
+    return -1 if block.candidates else block.post_nms
+
 
 class MultiClassNMS(gluon.HybridBlock):
     """Turn class probabilities and boxes into ``(ids, scores, boxes)``.
@@ -44,6 +57,7 @@ class MultiClassNMS(gluon.HybridBlock):
         self.nms_thresh = nms_thresh
         self.nms_topk = nms_topk
         self.post_nms = post_nms
+        self.candidates = False
 
     def hybrid_forward(self, F, probs, boxes):
         foreground = F.slice_axis(probs, axis=-1, begin=1, end=None)
@@ -61,10 +75,10 @@ class MultiClassNMS(gluon.HybridBlock):
         """``ids, scores, boxes`` of the candidate rows ``B x N x 6`` after the NMS."""
         if 0 < self.nms_thresh < 1:
             result = F.contrib.box_nms(
-                result, overlap_thresh=self.nms_thresh, topk=self.nms_topk,
+                result, overlap_thresh=_overlap(self), topk=self.nms_topk,
                 valid_thresh=self.score_thresh, id_index=0, score_index=1, coord_start=2,
                 force_suppress=False)
-            if self.post_nms > 0:
+            if _post_nms(self) > 0:
                 result = F.slice_axis(result, axis=1, begin=0, end=self.post_nms)
         return (F.slice_axis(result, axis=-1, begin=0, end=1),
                 F.slice_axis(result, axis=-1, begin=1, end=2),
@@ -136,6 +150,7 @@ class LevelTopKNMS(gluon.HybridBlock):
         self.nms_thresh = nms_thresh
         self.nms_topk = nms_topk
         self.post_nms = post_nms
+        self.candidates = False
 
     def hybrid_forward(self, F, *inputs):
         levels = len(inputs) // 2
@@ -144,10 +159,10 @@ class LevelTopKNMS(gluon.HybridBlock):
             scores = F.transpose(probs, (0, 2, 1)).reshape((0, -1))    # class-major
             scores = F.where(scores > self.score_thresh, scores, F.zeros_like(scores))
             rows.append(top_candidates(F, scores, boxes, self.nms_topk))
-        rows = F.contrib.box_nms(F.concat(*rows, dim=1), overlap_thresh=self.nms_thresh,
+        rows = F.contrib.box_nms(F.concat(*rows, dim=1), overlap_thresh=_overlap(self),
                                  topk=-1, valid_thresh=self.score_thresh, id_index=0,
                                  score_index=1, coord_start=2, force_suppress=False)
-        if self.post_nms > 0:
+        if _post_nms(self) > 0:
             rows = F.slice_axis(rows, axis=1, begin=0, end=self.post_nms)
         return (F.slice_axis(rows, axis=-1, begin=0, end=1),
                 F.slice_axis(rows, axis=-1, begin=1, end=2),
@@ -191,6 +206,7 @@ class PerClassNMS(gluon.HybridBlock):
         self.post_nms = post_nms
         self.force_nms = force_nms
         self.valid_thresh = 0.0001   # box_nms's, on scores already cut at score_thresh
+        self.candidates = False
 
     def hybrid_forward(self, F, probs, boxes):
         scores = F.transpose(F.slice_axis(probs, axis=-1, begin=1, end=None), (0, 2, 1))
@@ -201,14 +217,14 @@ class PerClassNMS(gluon.HybridBlock):
         rows = F.concat(ids.expand_dims(-1), scores.expand_dims(-1),
                         F.transpose(boxes, (0, 2, 1, 3)), dim=-1)          # B x C x N x 6
         rows = rows.reshape((0, -3, 0)) if self.force_nms else rows.reshape((-3, 0, 0))
-        rows = F.contrib.box_nms(rows, overlap_thresh=self.nms_thresh, topk=self.nms_topk,
+        rows = F.contrib.box_nms(rows, overlap_thresh=_overlap(self), topk=self.nms_topk,
                                  valid_thresh=self.valid_thresh, id_index=0, score_index=1,
                                  coord_start=2,
                                  force_suppress=self.force_nms)
         if not self.force_nms:
             rows = rows.reshape((-4, -1, self.num_classes, -2)).reshape((0, -3, 0))
         best = F.slice_axis(rows, axis=-1, begin=1, end=2).reshape((0, -1))
-        if self.post_nms > 0:
+        if _post_nms(self) > 0:
             order = F.topk(best, axis=1, k=self.post_nms, ret_typ='indices')
         else:
             order = F.argsort(best, axis=1, is_ascend=False)
