@@ -145,11 +145,11 @@ def load(model, backend=None, params=None, pretrained=False, data_shape=None, cl
     if backend == 'tensorrt':       # before loading or exporting anything
         _import_tensorrt()
         _import_cudart()
+    if backend == 'openvino':
+        require_openvino()
     gluon = kind == 'zoo'           # a zoo name or a training output
     if gluon and params is None and not pretrained and not model.lower().endswith('.params'):
         params, weights = os.path.join(workdir, 'random.params'), 'random'
-    if backend == 'openvino':
-        require_openvino()
         _random_params(model, classes, data_shape, params)
     else:
         weights = ('pretrained' if pretrained else params or model) if gluon else 'exported'
