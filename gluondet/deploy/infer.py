@@ -374,7 +374,7 @@ def infer(model, source=None, output=None, backend=None, params=None, pretrained
                            save_video, threshold)
         unit = 'image' if frames.kind == 'images' else 'frame'
         start = time.monotonic()
-        files = None
+        files, skipped = None, 0
         try:
             with stop_signals() as stop, tqdm(total=frames.length, disable=not progress,
                                               unit=unit,
@@ -388,7 +388,8 @@ def infer(model, source=None, output=None, backend=None, params=None, pretrained
                             detections = Detections(*(part[keep] for part in detections))
                             ids = None if ids is None else ids[keep]
                         outputs.write(frame, detections, ids)
-                    bar.update(len(batch))
+                    bar.update(len(batch) + len(frames.skipped) - skipped)
+                    skipped = len(frames.skipped)
         finally:
             files = outputs.close()
         seconds = time.monotonic() - start
