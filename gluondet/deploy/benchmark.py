@@ -110,7 +110,7 @@ class _Shapeless:
 
 
 def load(model, backend=None, params=None, pretrained=False, data_shape=None, classes=None,
-         threads=None, max_batch_size=8, workdir=None):
+         threads=None, max_batch_size=8, workdir=None, nms=None):
     """The predictor to benchmark and what it runs.
 
     Parameters
@@ -124,6 +124,9 @@ def load(model, backend=None, params=None, pretrained=False, data_shape=None, cl
         The largest batch of a TensorRT engine built from a Gluon network.
     workdir : str, optional
         Folder for random weights and exports (needed for those).
+    nms : NMSOptions, optional
+        The final NMS's options (:mod:`gluondet.deploy.nms`); a Gluon network exported for
+        them is exported without its NMS (``--no-nms``) if they change the suppression.
 
     Returns
     -------
@@ -155,19 +158,40 @@ def load(model, backend=None, params=None, pretrained=False, data_shape=None, cl
         weights = ('pretrained' if pretrained else params or model) if gluon else 'exported'
     if not gluon or backend == 'mxnet':
         predictor = Predictor.from_model(model, backend, params, pretrained, data_shape,
-                                         classes, threads=threads)
+                                         classes, threads=threads, nms=nms)
         return predictor, {'weights': weights, 'exported': None}
     fmt = 'tensorrt' if backend == 'tensorrt' else 'onnx'
     output = os.path.join(workdir, 'model.onnx' if fmt == 'onnx' else 'model.engine')
     export_model(model, output, fmt, params, pretrained, classes, data_shape,
                  batch_size=None if fmt == 'onnx' else max_batch_size, dynamic_batch=True,
-                 verbose=False)
-    predictor = Predictor.from_model(output, backend, threads=threads)
+                 verbose=False, with_nms=not (nms and nms.needs_candidates))
+    predictor = Predictor.from_model(output, backend, threads=threads, nms=nms)
     dynamic = 'dynamic batch' + (', height and width' if predictor.data_shape is None else '')
     return predictor, {'weights': weights, 'exported': '%s (%s)' % (fmt, dynamic)}
 
 
 # ---------------------------------------------------------------- timing
+
+def _with_host_nms(runner, host):
+    """``runner``, followed by the predictor's host NMS of each image if it has one."""
+    if host is None:
+        return runner
+
+    def run(batch):
+        ids, scores, boxes = (np.asarray(o) for o in runner(batch))
+        for i in range(len(batch)):
+            host(ids[i, :, 0], scores[i, :, 0], boxes[i])
+        return ids, scores, boxes
+    return run
+
+
+def _timed(host):
+    """What was timed: :data:`TIMED`, and the host NMS if the predictor runs one."""
+    if host is None:
+        return TIMED
+    return TIMED + '; then the predictor\'s %s on the host, each image of the batch' % (
+        'NMS' if host.nms else 'score and count cut')
+
 
 def _input_batch(predictor, size):
     """``size x 3 x H x W`` float32: demo images through the predictor's transform."""
@@ -280,7 +304,7 @@ def format_table(record):
 
 def benchmark(model, backend=None, batch_sizes='1', params=None, pretrained=False,
               data_shape=None, classes=None, threads=None, warmup=5, iters=None,
-              seconds=None, output=None, printed=True):
+              seconds=None, output=None, printed=True, nms=None):
     """Time a detector's forward (see the module docstring) at each batch size.
 
     Parameters
@@ -306,6 +330,9 @@ def benchmark(model, backend=None, batch_sizes='1', params=None, pretrained=Fals
         A json file for the record (written to a temporary name and renamed).
     printed : bool
         Print the table.
+    nms : NMSOptions, optional
+        The final NMS's options (:mod:`gluondet.deploy.nms`). When the predictor runs an
+        NMS (or a cut) on the host, it is timed too, after the runner (``timed`` says so).
 
     Returns
     -------
@@ -334,15 +361,16 @@ def benchmark(model, backend=None, batch_sizes='1', params=None, pretrained=Fals
                          '--threads does)' % (threads_module.mxnet_threads(), threads, threads))
     with tempfile.TemporaryDirectory(prefix='gluondet-benchmark-') as workdir:
         predictor, described = load(model, backend, params, pretrained, data_shape, classes,
-                                    threads, max(sizes), workdir)
+                                    threads, max(sizes), workdir, nms)
         for size in sizes:
             predictor.batch_size(size)      # every size checked before any is timed
         runner = predictor.runner
         sync = mx.nd.waitall if predictor.backend == 'mxnet' else None
         batch = _input_batch(predictor, max(sizes))
         try:
-            results = [statistics(time_runs(runner, batch[:size], warmup, iters, seconds,
-                                            sync), size) for size in sizes]
+            results = [statistics(time_runs(_with_host_nms(runner, predictor.nms),
+                                            batch[:size], warmup, iters, seconds, sync), size)
+                       for size in sizes]
         finally:
             if hasattr(runner, 'close'):    # TensorRT's device buffers
                 runner.close()
@@ -354,7 +382,8 @@ def benchmark(model, backend=None, batch_sizes='1', params=None, pretrained=Fals
         used = None
     record = dict(format=FORMAT, model=model, backend=predictor.backend, **described,
                   input_shape=list(batch.shape[1:]), batch_sizes=sizes, threads=used,
-                  warmup=warmup, iters=iters, seconds=seconds, timed=TIMED, results=results,
+                  warmup=warmup, iters=iters, seconds=seconds, timed=_timed(predictor.nms),
+                  results=results,
                   machine=machine(), versions=versions(),
                   environment={name: os.environ.get(name) for name in (
                       'OMP_NUM_THREADS', 'MXNET_OMP_MAX_THREADS', 'OMP_WAIT_POLICY')},
@@ -365,7 +394,7 @@ def benchmark(model, backend=None, batch_sizes='1', params=None, pretrained=Fals
         atomic_write(output, json.dumps(record, indent=2) + '\n')
     if printed:
         print(format_table(record))
-        print('timed: ' + TIMED)
+        print('timed: ' + record['timed'])
         if output:
             print('written to %s' % output)
     return record

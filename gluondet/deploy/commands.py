@@ -74,7 +74,8 @@ def _check_export(fmt, output, batch_size, dynamic_batch, precision, calibration
 def export_model(network, output, fmt='onnx', params=None, pretrained=False, classes=None,
                  data_shape=None, batch_size=None, dynamic_batch=False, precision=None,
                  calibration_images=None, calibration_batches=None, calibration_cache=None,
-                 calibration_method=None, gen_ds_config=False, nms=None, verbose=True):
+                 calibration_method=None, gen_ds_config=False, nms=None, verbose=True,
+                 with_nms=True):
     """Export a network as an MXNet symbol, an ONNX model, a TensorRT engine or an OpenVINO IR.
 
     Each artifact carries what :meth:`Predictor.from_model` needs to run it:
@@ -124,6 +125,11 @@ def export_model(network, output, fmt='onnx', params=None, pretrained=False, cla
     nms : dict, optional
         Inference NMS of the exported graph (``score_thresh``, ``nms_thresh``, ``post_nms``,
         see :func:`~gluondet.deploy.networks.apply_nms`); default the network's.
+    with_nms : bool
+        False (``--no-nms``): the graph ends before the final NMS, with its candidates
+        (scored, decoded, the top-k it takes), and the metadata says ``nms_applied: false``;
+        the predictor runs the NMS on the host (:mod:`gluondet.deploy.nms`), by default with
+        the settings recorded (``nms``), which gives the detections of the export with it.
 
     verbose : bool
         Print what was written (:func:`export_summary`).
@@ -142,12 +148,16 @@ def export_model(network, output, fmt='onnx', params=None, pretrained=False, cla
     if gen_ds_config and fmt in ('symbol', 'openvino'):
         raise ValueError('a DeepStream config is for the onnx and tensorrt formats (nvinfer '
                          'reads ONNX models and TensorRT engines)')
+    if gen_ds_config and not with_nms:
+        raise ValueError('--gen-ds-config is for a model with its NMS inside (its config has '
+                         'no NMS of its own), not --no-nms')
     _check_export(fmt, output, batch_size, dynamic_batch, precision, calibration)
     net, info = load_network(network, params, pretrained, classes, data_shape)
     if nms:
         apply_nms(net, nms)
+    net.postprocess.candidates = not with_nms     # a symbol's graph (ONNX: export_onnx's nms)
     shape, spec = info['data_shape'], info['preprocessing']
-    describe = dict(preprocessing=spec,     # and a keep-ratio network's sizes
+    describe = dict(preprocessing=spec, nms_applied=with_nms,  # a keep-ratio one's sizes
                     **{key: getattr(net, key) for key in ('short', 'max_size')
                        if getattr(net, key, None) is not None})
     os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
@@ -181,7 +191,8 @@ def export_model(network, output, fmt='onnx', params=None, pretrained=False, cla
     metadata = model_metadata(net, info['network'], shape, fixed, **describe)
 
     def write_onnx(path):
-        export_onnx(net, path, shape, batch, dynamic_batch, dynamic_size, metadata=metadata)
+        export_onnx(net, path, shape, batch, dynamic_batch, dynamic_size, metadata=metadata,
+                    nms=with_nms)
 
     if fmt in ('onnx', 'openvino'):     # an IR is converted from the ONNX model
         onnx_path = output if fmt == 'onnx' else output + '.tmp%d.onnx' % os.getpid()
@@ -260,10 +271,12 @@ def export_summary(files, meta, dims):
         % (' x '.join(str(d) for d in dims), 'dynamic: %s' % ', '.join(free) if free
            else 'fixed', resize, _numbers(spec['mean']), _numbers(spec['std'])),
         '  classes (%d): %s' % (len(meta['classes']), ', '.join(meta['classes'])),
-        '  post-processing: inside the model, box decoding and NMS (%s); outputs ids, scores '
+        '  post-processing: inside the model, box decoding and %s (%s); outputs ids, scores '
         '(N x K x 1), boxes (N x K x 4: xmin, ymin, xmax, ymax in input pixels), rows of -1 '
         'after the detections; the predictor of infer and evaluate scales the boxes to each '
-        'image and clips them to it' % nms])
+        'image and clips them to it' % (
+            'NMS' if meta.get('nms_applied', True) else 'the candidates of the NMS (the '
+            'predictor runs the NMS: --no-nms)', nms)])
 
 
 def _numbers(values):
@@ -295,7 +308,7 @@ def evaluate_model(model, dataset, dataset_root=None, split=None, annotation_fil
                    image_root=None, backend=None, params=None, pretrained=False, data_shape=None,
                    classes=None, batch_size=None, progress=True, records=None,
                    class_mapping=None, iou_thresh=0.5, ap='11point', plots=None,
-                   confusion_score=0.25, views=None):
+                   confusion_score=0.25, views=None, nms=None):
     """Evaluate a model on a dataset and print the results.
 
     Prints the VOC07 mAP (IoU 0.5, 11-point; or ``iou_thresh`` and ``ap``) with each
@@ -324,6 +337,8 @@ def evaluate_model(model, dataset, dataset_root=None, split=None, annotation_fil
         Least score of a detection counted in the confusion matrix.
     views : ViewOptions, optional
         Sliced inference and test-time augmentation (:mod:`gluondet.deploy.views`).
+    nms : NMSOptions, optional
+        The final NMS's options (:mod:`gluondet.deploy.nms`); default the model's.
 
     Returns
     -------
@@ -338,7 +353,7 @@ def evaluate_model(model, dataset, dataset_root=None, split=None, annotation_fil
         from ..plots import require_matplotlib
         require_matplotlib()    # before the evaluation, not after it
     predictor = wrap(Predictor.from_model(model, backend, params, pretrained, data_shape,
-                                          classes), views, batch_size)
+                                          classes, nms=nms), views, batch_size)
     data = resolve_dataset(dataset, dataset_root, split, predictor.classes, annotation_file,
                            image_root, records=records, class_mapping=class_mapping)
     coco = COCODetectionMetric(data) if isinstance(data, COCODetection) else None

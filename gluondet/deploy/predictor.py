@@ -53,6 +53,7 @@ from ..data.preprocess import (check_preprocessing, fixed_size, padded_shape,
 from ..metadata import read_json
 from .calibration import IMAGE_EXTENSIONS
 from .networks import load_network
+from .nms import NMSOptions, configure_network, export_plan
 from .openvino import OpenVINORunner
 from .runners import MXNetRunner, ONNXRuntimeRunner, _symbol_prefix, _symbol_runner
 from .sources import (BACKEND_OF, BACKENDS, SOURCE_BACKENDS, SOURCE_NAMES, agree, metadata_path,
@@ -203,6 +204,11 @@ class Predictor:
         size with ImageNet's mean and std.
     backend : str
         The runtime's name, for messages.
+    nms : HostNMS or NMSOptions, optional
+        What is done to each image's rows of the runner on the host
+        (:mod:`gluondet.deploy.nms`): a :class:`~gluondet.deploy.nms.HostNMS`
+        (:meth:`from_model` makes it), or options (None: the model's own) resolved against
+        the runner's ``metadata`` (an export's; without one, its rows are detections).
 
     Attributes
     ----------
@@ -216,8 +222,12 @@ class Predictor:
         Smallest and largest batch the runner takes.
     """
 
-    def __init__(self, runner, classes, preprocessing, backend='mxnet'):
+    def __init__(self, runner, classes, preprocessing, backend='mxnet', nms=None):
         self.runner = runner
+        if nms is None or isinstance(nms, NMSOptions):
+            nms = export_plan(nms, getattr(runner, 'metadata', None) or {},
+                              'the %s model' % backend)
+        self.nms = nms
         self.classes = tuple(classes)
         self.backend = backend
         preprocessing = (check_preprocessing(preprocessing) if isinstance(preprocessing, dict)
@@ -358,18 +368,22 @@ class Predictor:
             batch[i, :, :data.shape[1], :data.shape[2]] = data
         ids, scores, boxes = (np.asarray(o)[:count] for o in self.runner(batch))
         originals = np.stack([s[2] for s in samples])
-        boxes = clip_boxes(rescale_boxes(boxes, originals, [s[0].shape[1:] for s in samples]),
-                           originals)
+        scaled = clip_boxes(rescale_boxes(boxes, originals, [s[0].shape[1:] for s in samples]),
+                            originals)
         detections = []
         for i in range(count):
-            keep = ids[i, :, 0] >= 0
-            detections.append(Detections(ids[i, keep, 0].astype(np.int64),
-                                         scores[i, keep, 0].astype(np.float32), boxes[i, keep]))
+            if self.nms is None:
+                keep = np.flatnonzero(ids[i, :, 0] >= 0)
+                found = scores[i, keep, 0].astype(np.float32)
+            else:       # in input pixels, as the network's NMS
+                keep, found = self.nms(ids[i, :, 0], scores[i, :, 0], boxes[i])
+            detections.append(Detections(ids[i, keep, 0].astype(np.int64), found,
+                                         scaled[i, keep]))
         return detections
 
     @classmethod
     def from_model(cls, model, backend=None, params=None, pretrained=False, data_shape=None,
-                   classes=None, ctx=None, threads=None):
+                   classes=None, ctx=None, threads=None, nms=None):
         """A predictor for a model zoo name, a training output, or an exported model.
 
         Parameters
@@ -397,6 +411,9 @@ class Predictor:
             ONNX Runtime's intra-op threads or OpenVINO's inference threads (default
             theirs: one per physical core).
             MXNet's OpenMP threads are set before it is imported (:mod:`gluondet.threads`).
+        nms : NMSOptions, optional
+            The final NMS's options (:mod:`gluondet.deploy.nms`: where each runs); a
+            Gluon network's NMS settings are changed for them. Default: the model's own.
 
         Returns
         -------
@@ -424,7 +441,8 @@ class Predictor:
         if isinstance(model, gluon.Block):
             classes = agree(getattr(model, 'classes', None), classes, 'classes', name)
             spec = _sized(preprocessing_of(model, shape), shape, name)
-            return cls(MXNetRunner(model, ctx), classes, spec, 'mxnet')
+            return cls(MXNetRunner(model, ctx), classes, spec, 'mxnet',
+                       configure_network(model, nms))
         if kind == 'zoo':
             if os.sep in model and not model.lower().endswith('.params'):
                 raise FileNotFoundError('no model at %s: expected a .params, .onnx or engine '
@@ -432,7 +450,8 @@ class Predictor:
                                         % (model, model))
             net, info = load_network(model, params, pretrained, classes, shape, ctx)
             spec = _sized(info['preprocessing'], shape, model)
-            return cls(MXNetRunner(net, ctx), info['classes'], spec, 'mxnet')
+            return cls(MXNetRunner(net, ctx), info['classes'], spec, 'mxnet',
+                       configure_network(net, nms))
         if params is not None or pretrained:
             raise ValueError('params and pretrained go with a model zoo name, not with %s (%s)'
                              % (SOURCE_NAMES[kind], model))
@@ -463,7 +482,7 @@ class Predictor:
             spec = _sized(spec, shape, model)
         classes = agree(tuple(meta['classes']) if 'classes' in meta else None, classes,
                          'classes', model)
-        return cls(runner, classes, spec, needed)
+        return cls(runner, classes, spec, needed, export_plan(nms, meta, model))
 
 
 def _sized(spec, shape, source):
