@@ -29,6 +29,7 @@ from gluondet.deploy import detecting_random_weights
 from gluondet.deploy.infer import infer
 from gluondet.deploy.predictor import Predictor
 from gluondet.deploy.streams import open_source
+from gluondet.deploy.views import Slicing, ViewPredictor
 from gluondet.model_zoo import get_model
 from gluondet.visualize import draw_boxes
 
@@ -317,3 +318,18 @@ def test_outputs_that_do_not_fit_the_source_are_refused(model, video, tmp_path, 
         main(['infer', *model, '--source', video, '--vid-stride', '0'])
     assert stop.value.code == 2
     assert "--vid-stride: expected an integer >= 1, got '0'" in capsys.readouterr().err
+
+
+def test_sliced_inference_on_a_video(model, video, tmp_path):
+    assert main(['infer', *model, '--source', video, '--output', str(tmp_path / 'det.jsonl'),
+                 '--vid-stride', '10', '--slice', '96', '--slice-full']) == 0
+    lines = read_lines(str(tmp_path / 'det.jsonl'))
+    assert [line['frame'] for line in lines] == [0, 10, 20, 30]
+    with open_source(video) as source:
+        first = next(iter(source))
+    predictor = Predictor.from_model(NETWORK, params=model[3], classes=DEMO_CLASSES,
+                                     data_shape=128)
+    expected = ViewPredictor(predictor, Slicing(96, full=True)).detect([first.image])[0]
+    assert len(expected.ids) != len(predictor.detect([first.image])[0].ids)
+    np.testing.assert_allclose([d['bbox'] for d in lines[0]['detections']], expected.boxes,
+                               atol=0.006)

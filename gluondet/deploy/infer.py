@@ -56,6 +56,7 @@ from ..files import atomic_write, naming, remove_if_exists
 from ..visualize import draw_boxes, save_image
 from .predictor import Detections, Predictor
 from .streams import open_source
+from .views import wrap
 
 __all__ = ['infer', 'coco_results', 'kitti_lines', 'json_line', 'stop_signals',
            'VIDEO_FOURCC']
@@ -309,7 +310,7 @@ def _check_outputs(frames, output, save_video):
 def infer(model, source=None, output=None, backend=None, params=None, pretrained=False,
           data_shape=None, classes=None, batch_size=None, kitti_labels=None, visualize=None,
           threshold=0.3, progress=True, min_score=None, save_video=None, vid_stride=1,
-          track=False, reconnect=3, images=None):
+          track=False, reconnect=3, images=None, views=None):
     """Detect objects in images, a video, a camera or a stream and write them (see the
     module docstring for the sources and formats).
 
@@ -346,6 +347,8 @@ def infer(model, source=None, output=None, backend=None, params=None, pretrained
         Attempts in a row to open a dropped camera or stream again.
     images : str, optional
         The ``source``, as this argument was named when it took image files only.
+    views : ViewOptions, optional
+        Sliced inference and test-time augmentation (:mod:`gluondet.deploy.views`).
 
     Returns
     -------
@@ -366,6 +369,7 @@ def infer(model, source=None, output=None, backend=None, params=None, pretrained
                                          classes)
         size = predictor.batch_size(batch_size or (predictor.batch_range[0] if frames.live
                                                    else None))
+        predictor = wrap(predictor, views, size)
         tracker = None
         if track:
             from .track import ByteTrack
