@@ -109,6 +109,10 @@ def _export_arguments(parser):
     add('--gen-ds-config', '--gen_ds_config', action='store_true',
         help='onnx, tensorrt: also write a DeepStream nvinfer config (nvinfer_config.txt) and '
              'labels.txt beside the model')
+    add('--no-nms', dest='with_nms', action='store_false',
+        help='end the graph before the final NMS, with its candidates: the predictor runs the '
+             "NMS (by default with the export's settings), so that infer, evaluate and "
+             'benchmark take --iou, --agnostic-nms and --soft-nms')
     add('-e', '--experiment-spec', '--experiment_spec', '--experiment_spec_file',
         dest='experiment_spec', help="TAO's export -e: the exported graph takes the spec's "
                                      'nms_config')
@@ -133,7 +137,8 @@ def _export(args):
         dynamic_batch=args.dynamic_batch, precision=args.precision,
         calibration_images=args.calibration_images,
         calibration_batches=args.calibration_batches, calibration_cache=args.calibration_cache,
-        calibration_method=args.calibration_method, gen_ds_config=args.gen_ds_config, nms=nms)
+        calibration_method=args.calibration_method, gen_ds_config=args.gen_ds_config, nms=nms,
+        with_nms=args.with_nms)
     return 0
 
 
@@ -213,6 +218,8 @@ def _evaluate_arguments(parser):
              '(classes and background, at the IoU of the evaluation) and ap_per_class.png')
     add('--confusion-score', type=float, default=0.25, metavar='SCORE',
         help='least score of a detection counted in confusion_matrix.png (default 0.25)')
+    from .deploy.nms import add_nms_arguments
+    add_nms_arguments(parser)
     from .deploy.views import add_view_arguments
     add_view_arguments(parser)
     from .tools import spec_cli
@@ -230,13 +237,15 @@ def _evaluate(args):
         print('gluondet evaluate: -k: ignored', file=sys.stderr)
     from .deploy.views import view_options
     views = view_options(args)
+    from .deploy.nms import nms_options
+    nms = nms_options(args)
     data = dataset_kwargs(args, 'val')
     infer.evaluate_model(
         model=args.model, dataset_root=data.pop('root'), **data, backend=args.backend,
         params=args.params, pretrained=args.pretrained, data_shape=args.data_shape,
         classes=args.classes, batch_size=args.batch_size, iou_thresh=args.iou_thresh or 0.5,
         ap=args.ap or '11point', plots=args.plots, confusion_score=args.confusion_score,
-        views=views)
+        views=views, nms=nms)
     return 0
 
 
@@ -353,9 +362,12 @@ def _benchmark_arguments(parser):
     add('--seconds', type=float, help='stop timing a batch size after this long')
     add('--output', help='also write the results as json (per batch size latency mean, p50, '
                          'p90, p99 in ms and images/s; the machine and versions)')
+    from .deploy.nms import add_nms_arguments
+    add_nms_arguments(parser)
     parser.epilog = ('Timed: the network forward with its box decoding and NMS on a '
-                     'preprocessed batch, until the outputs are in host memory; not image '
-                     'decoding, resizing or normalization.')
+                     'preprocessed batch, until the outputs are in host memory, then the '
+                     "predictor's NMS on the host if it runs one (NMS options, --no-nms "
+                     'exports); not image decoding, resizing or normalization.')
 
 
 def _benchmark(args):
@@ -363,11 +375,13 @@ def _benchmark(args):
     if args.threads is not None and args.threads >= 1 and args.backend != 'tensorrt':
         threads.request_mxnet_threads(args.threads)     # before mxnet is imported
     from .deploy import benchmark
+    from .deploy.nms import nms_options
     benchmark.benchmark(
         model=args.model, backend=args.backend,
         batch_sizes=args.batch_sizes, params=args.params, pretrained=args.pretrained,
         data_shape=args.data_shape, classes=args.classes, threads=args.threads,
-        warmup=args.warmup, iters=args.iters, seconds=args.seconds, output=args.output)
+        warmup=args.warmup, iters=args.iters, seconds=args.seconds, output=args.output,
+        nms=nms_options(args))
     return 0
 
 
