@@ -182,6 +182,8 @@ def _infer_arguments(parser):
     add('--reconnect', type=_at_least(0), default=3, metavar='N',
         help='a camera or stream that drops is opened again up to N times in a row, 1, 2, '
              '4 ... seconds apart, before it counts as ended (default 3)')
+    from .deploy.nms import add_nms_arguments
+    add_nms_arguments(parser)
     from .deploy.views import add_view_arguments
     add_view_arguments(parser)
     parser.epilog = ('Ctrl-C (SIGINT) or SIGTERM stops the reading: the frames read are '
@@ -190,6 +192,7 @@ def _infer_arguments(parser):
 
 def _infer(args):
     from .deploy import commands as infer
+    from .deploy.nms import nms_options
     from .deploy.views import view_options
     views = view_options(args)
     result = infer.infer(
@@ -198,7 +201,7 @@ def _infer(args):
         data_shape=args.data_shape, classes=args.classes, batch_size=args.batch_size,
         kitti_labels=args.kitti_labels, visualize=args.visualize, threshold=args.threshold,
         save_video=args.save_video, vid_stride=args.vid_stride, track=args.track,
-        reconnect=args.reconnect, views=views)
+        reconnect=args.reconnect, views=views, nms=nms_options(args))
     return 128 + getattr(signal, result['stopped']) if result['stopped'] else 0
 
 

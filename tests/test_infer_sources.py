@@ -333,3 +333,11 @@ def test_sliced_inference_on_a_video(model, video, tmp_path):
     assert len(expected.ids) != len(predictor.detect([first.image])[0].ids)
     np.testing.assert_allclose([d['bbox'] for d in lines[0]['detections']], expected.boxes,
                                atol=0.006)
+
+
+def test_nms_options_on_a_video(model, video, tmp_path):
+    assert main(['infer', *model, '--source', video, '--output', str(tmp_path / 'det.jsonl'),
+                 '--vid-stride', '10', '--conf', '0.9', '--max-det', '5', '--agnostic-nms']) == 0
+    found = [line['detections'] for line in read_lines(str(tmp_path / 'det.jsonl'))]
+    assert len(found) == 4 and all(0 < len(f) <= 5 for f in found)
+    assert all(d['score'] > 0.9 for f in found for d in f)

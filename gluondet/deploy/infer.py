@@ -310,7 +310,7 @@ def _check_outputs(frames, output, save_video):
 def infer(model, source=None, output=None, backend=None, params=None, pretrained=False,
           data_shape=None, classes=None, batch_size=None, kitti_labels=None, visualize=None,
           threshold=0.3, progress=True, min_score=None, save_video=None, vid_stride=1,
-          track=False, reconnect=3, images=None, views=None):
+          track=False, reconnect=3, images=None, views=None, nms=None):
     """Detect objects in images, a video, a camera or a stream and write them (see the
     module docstring for the sources and formats).
 
@@ -349,6 +349,8 @@ def infer(model, source=None, output=None, backend=None, params=None, pretrained
         The ``source``, as this argument was named when it took image files only.
     views : ViewOptions, optional
         Sliced inference and test-time augmentation (:mod:`gluondet.deploy.views`).
+    nms : NMSOptions, optional
+        The final NMS's options (:mod:`gluondet.deploy.nms`); default the model's.
 
     Returns
     -------
@@ -366,7 +368,7 @@ def infer(model, source=None, output=None, backend=None, params=None, pretrained
         if kitti_labels and frames.kind == 'images':
             check_unique_stems(frames.paths)
         predictor = Predictor.from_model(model, backend, params, pretrained, data_shape,
-                                         classes)
+                                         classes, nms=nms)
         size = predictor.batch_size(batch_size or (predictor.batch_range[0] if frames.live
                                                    else None))
         predictor = wrap(predictor, views, size)
