@@ -353,32 +353,45 @@ class ViewPredictor:
 
     def _run(self, images):
         """Every view of ``images`` through the predictor, mapped back and merged."""
-        jobs = [(i, w, View(window, flip, scale))
+        results = []
+        for image, found in zip(images, self.view_detections(images)):
+            windows = self.windows(*image.shape[:2])
+            merged = [views[0] if len(views) == 1 else
+                      fuse_boxes(views, self.tta.iou) if self.tta.merge == 'wbf'
+                      else merge_nms(views, self.tta.iou) for views in found]
+            if self.slice is not None:
+                merged = [_merge_tiles(merged, windows, *image.shape[:2], self.slice.iou)]
+            results.append(_best_first(merged[0], self.max_det))
+        return results
+
+    def view_detections(self, images):
+        """The detections of every view of ``images``, before merging.
+
+        Returns
+        -------
+        list of list of list of Detections
+            For each image, for each of its :meth:`windows`, for each TTA view (scale by
+            scale, unmirrored then mirrored): boxes in the window's pixels.
+        """
+        jobs = [(i, View(window, flip, scale))
                 for i, image in enumerate(images)
-                for w, window in enumerate(self.windows(*image.shape[:2]))
+                for window in self.windows(*image.shape[:2])
                 for flip, scale in self._augments]
         found = []
         for start in range(0, len(jobs), self.views_batch):
             chunk = jobs[start:start + self.views_batch]
             samples = [self.predictor.transform(view_image(images[i], view, self._fill),
-                                                empty_label()) for i, _, view in chunk]
-            for (_, _, view), item in zip(chunk, self.predictor.detect_samples(samples)):
+                                                empty_label()) for i, view in chunk]
+            for (_, view), item in zip(chunk, self.predictor.detect_samples(samples)):
                 found.append(item._replace(boxes=view_boxes(item.boxes, view)))
-        results, position = [], 0
+        views = len(self._augments)
+        per_window = [found[k:k + views] for k in range(0, len(found), views)]
+        out = []
         for image in images:
-            height, width = image.shape[:2]
-            windows = self.windows(height, width)
-            merged = []
-            for _ in windows:
-                views = found[position:position + len(self._augments)]
-                position += len(views)
-                merged.append(views[0] if len(views) == 1 else
-                              fuse_boxes(views, self.tta.iou) if self.tta.merge == 'wbf'
-                              else merge_nms(views, self.tta.iou))
-            if self.slice is not None:
-                merged = [_merge_tiles(merged, windows, height, width, self.slice.iou)]
-            results.append(_best_first(merged[0], self.max_det))
-        return results
+            count = len(self.windows(*image.shape[:2]))
+            out.append(per_window[:count])
+            per_window = per_window[count:]
+        return out
 
 
 def wrap(predictor, options, batch_size=None):
