@@ -36,9 +36,10 @@ import re
 
 import numpy as np
 
-from ..bbox import bbox_iou, bbox_nms
+from ..bbox import bbox_iou
 from ..data import transforms as T
 from ..data.base import empty_label
+from .nms import nms_keep
 from .predictor import Detections, Predictions, _as_image, clip_boxes
 
 __all__ = ['Slicing', 'TTA', 'ViewOptions', 'ViewPredictor', 'add_view_arguments', 'fuse_boxes',
@@ -187,12 +188,8 @@ def _best_first(detections, max_det=None):
 def merge_nms(detections, iou):
     """Class-wise NMS at ``iou`` over several views' :class:`Detections`; best first."""
     pooled = _concat(detections)
-    if not len(pooled.ids):
-        return pooled
-    ids, scores, boxes = bbox_nms(pooled.boxes, pooled.scores, pooled.ids, overlap_thresh=iou,
-                                  valid_thresh=-1)
-    keep = ids[:, 0] >= 0
-    return Detections(ids[keep, 0].astype(np.int64), scores[keep, 0], boxes[keep])
+    keep = nms_keep(pooled.boxes, pooled.scores, pooled.ids, iou)
+    return Detections(*(part[keep] for part in pooled))
 
 
 def fuse_boxes(detections, iou=0.55):
