@@ -222,28 +222,37 @@ def test_mjpeg_stream_without_reconnect_ends_at_its_first_drop(model, tmp_path):
 
 # ---------------------------------------------------------------- stopping
 
-@pytest.mark.parametrize('signum', [signal.SIGINT, signal.SIGTERM])
-def test_a_signal_to_the_process_group_closes_the_outputs(model, tmp_path, signum):
-    long_video = write_video(str(tmp_path / 'long.mp4'), 600, fps=25)
-    lines, drawn = str(tmp_path / 'det.jsonl'), str(tmp_path / 'drawn.mp4')
-    proc = subprocess.Popen(
-        [sys.executable, '-m', 'gluondet', 'infer', *model, '--source', long_video,
-         '--output', lines, '--save-video', drawn, '--batch-size', '2'],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+def interrupt(argv, lines, signum, least, settle=0.0):
+    """Run ``gluondet infer ARGV`` in a process group of its own, send ``signum`` to the group
+    ``settle`` seconds after ``least`` JSON lines are written; ``(exit status, stdout, stderr,
+    seconds from the signal to the exit)``."""
+    proc = subprocess.Popen([sys.executable, '-m', 'gluondet', 'infer', *argv],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and proc.poll() is None:
             partial = glob.glob(lines + '.tmp*')
-            if partial and os.path.getsize(partial[0]) and open(partial[0]).read().count(
-                    '\n') >= 4:
+            if partial and open(partial[0]).read().count('\n') >= least:
                 break
             time.sleep(0.1)
+        time.sleep(settle)
+        sent = time.monotonic()
         os.killpg(proc.pid, signum)
         out, err = proc.communicate(timeout=60)
+        return proc.returncode, out, err, time.monotonic() - sent
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode == 128 + signum, err
+
+
+@pytest.mark.parametrize('signum', [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_to_the_process_group_closes_the_outputs(model, tmp_path, signum):
+    long_video = write_video(str(tmp_path / 'long.mp4'), 600, fps=25)
+    lines, drawn = str(tmp_path / 'det.jsonl'), str(tmp_path / 'drawn.mp4')
+    code, out, err, _ = interrupt([*model, '--source', long_video, '--output', lines,
+                                   '--save-video', drawn, '--batch-size', '2'], lines, signum, 4)
+    assert code == 128 + signum, err
     assert 'Traceback' not in err
     assert 'stopped by %s' % signal.Signals(signum).name in out
     found = read_lines(lines)
@@ -251,6 +260,20 @@ def test_a_signal_to_the_process_group_closes_the_outputs(model, tmp_path, signu
     assert [line['frame'] for line in found] == list(range(len(found)))
     assert read_video(drawn)[0] == len(found)
     assert sorted(os.listdir(str(tmp_path))) == ['det.jsonl', 'drawn.mp4', 'long.mp4']
+
+
+def test_ctrl_c_ends_the_wait_for_a_dropped_stream(model, tmp_path):
+    server = MJPEGServer([jpegs(frames(6))])    # then 404: reconnecting waits 1 + 2 + 4 s
+    lines = str(tmp_path / 'det.jsonl')
+    try:
+        code, out, err, seconds = interrupt(
+            [*model, '--source', server.url, '--output', lines], lines, signal.SIGINT, 6, 0.5)
+    finally:
+        server.close()
+    assert code == 130 and 'Traceback' not in err, err
+    assert 'opening it again in 1s (attempt 1 of 3)' in err
+    assert seconds < 4 and 'stopped by SIGINT' in out
+    assert len(read_lines(lines)) == 6
 
 
 # ---------------------------------------------------------------- images, errors

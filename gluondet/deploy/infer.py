@@ -58,7 +58,7 @@ from .predictor import Detections, Predictor
 from .streams import open_source
 from .views import wrap
 
-__all__ = ['infer', 'coco_results', 'kitti_lines', 'json_line', 'stop_signals',
+__all__ = ['infer', 'coco_results', 'kitti_lines', 'json_line', 'Stop', 'stop_signals',
            'VIDEO_FOURCC']
 
 VIDEO_FOURCC = {'.mp4': 'mp4v', '.avi': 'MJPG'}
@@ -113,10 +113,14 @@ def json_line(frame, detections, classes, track_ids=None):
 
 # ---------------------------------------------------------------- stopping
 
-class _Stop:
+class Stop:
     """The stop signal received (``signum``: None until one arrives)."""
 
     signum = None
+
+    def __call__(self):
+        """Whether a stop signal arrived."""
+        return self.signum is not None
 
     def handle(self, signum, frame):
         if self.signum == signal.SIGINT and signum == signal.SIGINT:
@@ -125,18 +129,17 @@ class _Stop:
 
 
 @contextlib.contextmanager
-def stop_signals():
-    """Inside, SIGINT and SIGTERM set the yielded object's ``signum`` instead of ending the
-    process, so that a reading loop stops and closes its files; a second SIGINT raises
+def stop_signals(stop):
+    """Inside, SIGINT and SIGTERM set ``stop.signum`` (a :class:`Stop`) instead of ending
+    the process, so that a reading loop stops and closes its files; a second SIGINT raises
     KeyboardInterrupt. Handlers go in the main thread only, and not over a signal ignored
     (``nohup``)."""
-    stop = _Stop()
     previous = {}
     if threading.current_thread() is threading.main_thread():
         previous = {s: signal.signal(s, stop.handle) for s in (signal.SIGINT, signal.SIGTERM)
                     if signal.getsignal(s) is not signal.SIG_IGN}
     try:
-        yield stop
+        yield
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
@@ -363,7 +366,8 @@ def infer(model, source=None, output=None, backend=None, params=None, pretrained
     if (source is None) == (images is None):
         raise ValueError('give the source (or images), once')
     source = images if source is None else source
-    with open_source(source, vid_stride, reconnect) as frames:
+    stop = Stop()
+    with open_source(source, vid_stride, reconnect, stopped=stop) as frames:
         output = _check_outputs(frames, output, save_video)
         if kitti_labels and frames.kind == 'images':
             check_unique_stems(frames.paths)
@@ -382,7 +386,7 @@ def infer(model, source=None, output=None, backend=None, params=None, pretrained
         start = time.monotonic()
         files, skipped = None, 0
         try:
-            with stop_signals() as stop, tqdm(total=frames.length, disable=not progress,
+            with stop_signals(stop), tqdm(total=frames.length, disable=not progress,
                                               unit=unit,
                                               desc='detect (%s)' % predictor.backend) as bar:
                 for batch in _batches(frames, size, stop):

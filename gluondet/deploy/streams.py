@@ -130,10 +130,12 @@ class ImageFiles(Source):
 class VideoSource(Source):
     """A video file, camera or stream read with OpenCV (see the module docstring)."""
 
-    def __init__(self, kind, name, target, stride=1, reconnect=3, retry_delay=1.0):
+    def __init__(self, kind, name, target, stride=1, reconnect=3, retry_delay=1.0,
+                 stopped=None):
         super().__init__(kind, name, _stem(name) if kind == 'video' else _stream_stem(target),
                          stride)
         self.target, self.reconnect, self.retry_delay = target, reconnect, retry_delay
+        self.stopped = stopped or (lambda: False)
         self._capture = self._open()
         if self._capture is None:
             raise ValueError('cannot open %s %s%s' % (
@@ -165,7 +167,7 @@ class VideoSource(Source):
     def __iter__(self):
         failed = drops = 0      # failed reads in a row; openings again in a row
         last = -1               # index of the last frame read
-        while self._capture is not None:
+        while self._capture is not None and not self.stopped():
             if not self._capture.grab():
                 failed += 1
                 if failed < FAILED_READS:
@@ -183,10 +185,10 @@ class VideoSource(Source):
                 self._warn('unreadable frame', '%s: %d frame%s could not be read after frame %d',
                            self.name, failed, 's' * (failed > 1), last)
             failed = drops = 0
-            if self.kind == 'video':
-                last = int(self._capture.get(cv2.CAP_PROP_POS_FRAMES)) - 1
-            else:
+            if self.live:
                 last = self._read
+            else:
+                last = int(self._capture.get(cv2.CAP_PROP_POS_FRAMES)) - 1
             self._read += 1
             if last % self.stride:
                 continue
@@ -198,7 +200,7 @@ class VideoSource(Source):
             yield Frame(last, self.name, self._time(last), cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB))
 
     def _time(self, index):
-        if self.kind != 'video':
+        if self.live:
             return time.monotonic() - self._opened_at
         return index / self.fps if self.fps else None
 
@@ -211,7 +213,11 @@ class VideoSource(Source):
             delay = self.retry_delay * 2 ** attempt
             logger.warning('%s: opening it again in %gs (attempt %d of %d)', self.name, delay,
                            attempt + 1, self.reconnect)
-            time.sleep(delay)
+            end = time.monotonic() + delay
+            while time.monotonic() < end and not self.stopped():
+                time.sleep(0.1)
+            if self.stopped():
+                return False
             self._capture = self._open()
             if self._capture is not None:
                 return True
@@ -259,7 +265,7 @@ def _kind(source):
     raise FileNotFoundError('no such image, video, folder or camera: %s' % source)
 
 
-def open_source(source, stride=1, reconnect=3, retry_delay=1.0):
+def open_source(source, stride=1, reconnect=3, retry_delay=1.0, stopped=None):
     """Open a source of frames (see the module docstring).
 
     Parameters
@@ -272,6 +278,9 @@ def open_source(source, stride=1, reconnect=3, retry_delay=1.0):
         Attempts in a row to open a dropped live source again (0: it ends at its first drop).
     retry_delay : float
         Seconds before the first attempt; each next one waits twice as long.
+    stopped : callable, optional
+        ``stopped() -> bool``: True ends the reading of a video, camera or stream before
+        the next frame, and its waiting to open again (a stop signal).
 
     Returns
     -------
@@ -304,4 +313,4 @@ def open_source(source, stride=1, reconnect=3, retry_delay=1.0):
         return ImageFiles(paths, source, stride)
     if isinstance(reconnect, bool) or not isinstance(reconnect, int) or reconnect < 0:
         raise ValueError('reconnect must be a non-negative integer, got %r' % (reconnect,))
-    return VideoSource(kind, source, target, stride, reconnect, retry_delay)
+    return VideoSource(kind, source, target, stride, reconnect, retry_delay, stopped)
