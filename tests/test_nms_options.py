@@ -11,6 +11,7 @@ import pytest
 from gluondet.bbox import bbox_nms
 from gluondet.cli import main
 from gluondet.deploy import Predictor, detecting_random_weights
+from gluondet.deploy.networks import apply_nms
 from gluondet.deploy.nms import (HostNMS, NMSOptions, add_nms_arguments, nms_keep,
                                  nms_options, soft_nms_keep)
 from gluondet.model_zoo import get_model
@@ -220,7 +221,9 @@ def test_mxnet_agnostic_and_soft_nms_equal_those_of_the_no_nms_export(tmp_path, 
     rcnn = get_model('faster_rcnn_fpn_resnet18_v1b_custom', classes=('a', 'b'),
                      pretrained_base=False)
     assert Predictor.from_model(rcnn, nms=NMSOptions(agnostic=True)).nms is None
-    assert rcnn.force_nms
+    assert rcnn.force_nms is True
+    apply_nms(rcnn, {'post_nms': 50})     # a spec's nms_config keeps force_nms
+    assert (rcnn.force_nms, rcnn.post_nms) == (True, 50)
 
 
 def test_symbol_without_nms_and_refusals_of_an_export_with_nms(tmp_path, capsys):

@@ -117,6 +117,7 @@ def apply_nms(net, nms):
     post = net.postprocess
     if 'score_thresh' in nms:
         post.score_thresh = nms['score_thresh']
-    net.set_nms(nms.get('nms_thresh', post.nms_thresh), post.nms_topk,
-                nms.get('post_nms', post.post_nms))
+    kept = {'force_nms': post.force_nms} if hasattr(post, 'force_nms') else {}  # Faster R-CNN's
+    net.set_nms(nms_thresh=nms.get('nms_thresh', post.nms_thresh), nms_topk=post.nms_topk,
+                post_nms=nms.get('post_nms', post.post_nms), **kept)
     return net
