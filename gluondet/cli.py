@@ -181,7 +181,7 @@ def _infer_arguments(parser):
              'and drawn')
     add('--reconnect', type=_at_least(0), default=3, metavar='N',
         help='a camera or stream that drops is opened again up to N times in a row, 1, 2, '
-             '4 ... seconds apart, before it counts as ended (default 3)')
+             '4 ... (at most 30) seconds apart, before it counts as ended (default 3)')
     from .deploy.nms import add_nms_arguments
     add_nms_arguments(parser)
     from .deploy.views import add_view_arguments

@@ -16,10 +16,11 @@ Bad input does not stop the reading: an image file that cannot be decoded, or a 
 frame that cannot (OpenCV's read fails, then succeeds again), is a warning, counted in
 :attr:`Source.problems`. Three failed reads in a row end a video file; a live source (a
 camera, or a stream of unknown length) is then opened again, up to ``reconnect`` times in a
-row, ``retry_delay`` seconds apart, doubling, before it counts as ended (each drop is a
-counted warning; a frame read resets the count). A stream's reads and its opening time out
-after :data:`READ_TIMEOUT` and :data:`OPEN_TIMEOUT` seconds. A source that does not exist
-or cannot be opened at all is one ``FileNotFoundError`` or ``ValueError`` naming it.
+row, ``retry_delay`` seconds apart, doubling up to :data:`MAX_RETRY_DELAY`, before it
+counts as ended (each drop is a counted warning; a frame read resets the count). A
+stream's reads and its opening time out after :data:`READ_TIMEOUT` and
+:data:`OPEN_TIMEOUT` seconds. A source that does not exist or cannot be opened at all is
+one ``FileNotFoundError`` or ``ValueError`` naming it.
 """
 import collections
 import glob
@@ -41,6 +42,7 @@ STREAM_SCHEMES = ('rtsp', 'rtsps', 'rtmp', 'http', 'https', 'udp', 'tcp', 'srt')
 OPEN_TIMEOUT = 10       # seconds to open a stream
 READ_TIMEOUT = 5        # seconds a stream's read waits for a frame
 FAILED_READS = 3        # failed reads in a row that end a video or drop a live source
+MAX_RETRY_DELAY = 30    # seconds: the longest wait before opening a dropped source again
 
 Frame = collections.namedtuple('Frame', ['index', 'name', 'time', 'image'])
 Frame.__doc__ = """One image of a source.
@@ -152,13 +154,19 @@ class VideoSource(Source):
         self._read = 0      # frames read since first opened
 
     def _open(self):
-        """A capture of the target, or None if OpenCV cannot open it."""
-        if self.kind == 'stream':
-            capture = cv2.VideoCapture(self.target, cv2.CAP_FFMPEG, [
-                cv2.CAP_PROP_OPEN_TIMEOUT_MSEC, OPEN_TIMEOUT * 1000,
-                cv2.CAP_PROP_READ_TIMEOUT_MSEC, READ_TIMEOUT * 1000])
-        else:
-            capture = cv2.VideoCapture(self.target)
+        """A capture of the target, or None if OpenCV cannot open it (its own messages
+        silenced meanwhile: the caller says what failed; FFmpeg's, which say why, stay)."""
+        level = cv2.getLogLevel()
+        cv2.setLogLevel(0)
+        try:
+            if self.kind == 'stream':
+                capture = cv2.VideoCapture(self.target, cv2.CAP_FFMPEG, [
+                    cv2.CAP_PROP_OPEN_TIMEOUT_MSEC, OPEN_TIMEOUT * 1000,
+                    cv2.CAP_PROP_READ_TIMEOUT_MSEC, READ_TIMEOUT * 1000])
+            else:
+                capture = cv2.VideoCapture(self.target)
+        finally:
+            cv2.setLogLevel(level)
         if capture.isOpened():
             return capture
         capture.release()
@@ -210,7 +218,7 @@ class VideoSource(Source):
         self._capture.release()
         self._capture = None
         for attempt in range(drops, self.reconnect):
-            delay = self.retry_delay * 2 ** attempt
+            delay = min(self.retry_delay * 2 ** attempt, MAX_RETRY_DELAY)
             logger.warning('%s: opening it again in %gs (attempt %d of %d)', self.name, delay,
                            attempt + 1, self.reconnect)
             end = time.monotonic() + delay
@@ -277,7 +285,8 @@ def open_source(source, stride=1, reconnect=3, retry_delay=1.0, stopped=None):
     reconnect : int
         Attempts in a row to open a dropped live source again (0: it ends at its first drop).
     retry_delay : float
-        Seconds before the first attempt; each next one waits twice as long.
+        Seconds before the first attempt; each next one waits twice as long (at most
+        :data:`MAX_RETRY_DELAY`).
     stopped : callable, optional
         ``stopped() -> bool``: True ends the reading of a video, camera or stream before
         the next frame, and its waiting to open again (a stop signal).
