@@ -122,6 +122,30 @@ def test_video_file_gives_lines_kitti_and_a_video_at_its_size_and_rate(model, vi
     assert sorted(os.listdir(str(out))) == ['det.jsonl', 'drawn.mp4', 'kitti']   # no temp file
 
 
+def test_a_corrupt_frame_of_a_video_file_is_a_counted_warning(model, tmp_path, caplog):
+    path = str(tmp_path / 'motion.avi')
+    writer = cv2.VideoWriter(path, cv2.VideoWriter_fourcc(*'MJPG'), FPS, (WIDTH, HEIGHT))
+    for frame in frames(12):
+        writer.write(cv2.cvtColor(frame, cv2.COLOR_RGB2BGR))
+    writer.release()
+    with open(path, 'rb') as f:
+        data = bytearray(f.read())
+    starts = [i for i in range(len(data)) if data[i:i + 3] == b'\xff\xd8\xff']  # JPEG SOI
+    assert len(starts) == 12
+    data[starts[7]:starts[8] - 16] = b'x' * (starts[8] - 16 - starts[7])   # frame 7: garbage
+    with open(path, 'wb') as f:
+        f.write(data)
+    result = infer(NETWORK, path, str(tmp_path / 'det.jsonl'), params=model[3],
+                   classes=DEMO_CLASSES, data_shape=128, progress=False,
+                   save_video=str(tmp_path / 'drawn.mp4'))
+    assert (result['frames'], result['problems']) == (11, {'unreadable frame': 1})
+    assert 'motion.avi: 1 frame could not be read after frame 6' in caplog.text
+    lines = read_lines(str(tmp_path / 'det.jsonl'))
+    assert [line['frame'] for line in lines] == [0, 1, 2, 3, 4, 5, 6, 8, 9, 10, 11]
+    assert lines[7]['time'] == pytest.approx(0.8)       # its own time, not the lost frame's
+    assert read_video(str(tmp_path / 'drawn.mp4'))[0] == 11
+
+
 def test_track_ids_are_written_and_drawn(model, video, tmp_path):
     result = infer(NETWORK, video, str(tmp_path / 'det.jsonl'), params=model[3],
                    classes=DEMO_CLASSES, data_shape=128, track=True, progress=False,

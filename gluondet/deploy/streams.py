@@ -47,12 +47,12 @@ MAX_RETRY_DELAY = 30    # seconds: the longest wait before opening a dropped sou
 Frame = collections.namedtuple('Frame', ['index', 'name', 'time', 'image'])
 Frame.__doc__ = """One image of a source.
 
-index : int, the frame's number in its video (the decoder's, so frames it lost keep their
-    numbers), counted from 0 from the start of a stream or camera, or the image file's
-    position in the sorted list.
+index : int, the frame's number in its video (its timestamp times the frame rate, so
+    frames that could not be decoded keep their numbers), counted from 0 from the start of
+    a camera or live stream, or the image file's position in the sorted list.
 name : str, the image file, or the video's or stream's name.
-time : float, seconds from the start of the video (index / fps) or since the stream or
-    camera was opened; None for image files.
+time : float, the frame's timestamp in a video (seconds from its start), or seconds since
+    the camera or live stream was opened; None for image files.
 image : ``H x W x 3`` uint8 RGB numpy array.
 """
 
@@ -193,10 +193,7 @@ class VideoSource(Source):
                 self._warn('unreadable frame', '%s: %d frame%s could not be read after frame %d',
                            self.name, failed, 's' * (failed > 1), last)
             failed = drops = 0
-            if self.live:
-                last = self._read
-            else:
-                last = int(self._capture.get(cv2.CAP_PROP_POS_FRAMES)) - 1
+            last, seconds = self._position()
             self._read += 1
             if last % self.stride:
                 continue
@@ -205,12 +202,16 @@ class VideoSource(Source):
                 self._warn('unreadable frame', '%s: frame %d could not be decoded', self.name,
                            last)
                 continue
-            yield Frame(last, self.name, self._time(last), cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB))
+            yield Frame(last, self.name, seconds, cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB))
 
-    def _time(self, index):
+    def _position(self):
+        """``(index, time)`` of the frame just read: a video's from its timestamp (so a
+        frame lost keeps its number: OpenCV's frame position counts the frames decoded), a
+        live source's counted since first opened, and the seconds since then."""
         if self.live:
-            return time.monotonic() - self._opened_at
-        return index / self.fps if self.fps else None
+            return self._read, time.monotonic() - self._opened_at
+        seconds = self._capture.get(cv2.CAP_PROP_POS_MSEC) / 1000
+        return (round(seconds * self.fps) if self.fps else self._read), seconds
 
     def _reopen(self, drops):
         """Open a dropped live source again; False once ``reconnect`` attempts in a row
