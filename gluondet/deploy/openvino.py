@@ -94,6 +94,11 @@ class OpenVINORunner:
                          for d in model.inputs[0].get_partial_shape())
         self.input_shape = tuple(shape)
         self.batch_range = (batch, batch) if batch > 0 else (1, None)
+        if min(batch, *shape) > 0:
+            # the CPU plugin cannot compile some fully static detectors (Faster R-CNN's:
+            # "Can not create StaticMemory object"); with the batch left free it can, and the
+            # predictor still sends the exported batch only
+            model.reshape({model.inputs[0]: ov.PartialShape([-1] + shape)})
         self.metadata = _metadata(model, path)
         config = {props.hint.inference_precision: ov.Type.f32,
                   props.hint.performance_mode: props.hint.PerformanceMode.LATENCY}
