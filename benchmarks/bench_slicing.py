@@ -36,8 +36,10 @@ from gluondet.deploy.predictor import Predictor  # noqa: E402
 from gluondet.deploy.views import Slicing, ViewPredictor  # noqa: E402
 from gluondet.metrics.evaluation import evaluate, voc_metric, voc_result  # noqa: E402
 
-BCCD = '/work/shared/datasets/bccd/BCCD'
+BCCD = os.path.join(ROOT, '..', 'shared', 'datasets', 'bccd', 'BCCD')
 YOLO3 = '/tmp/ema_bccd/base/yolo3_mobilenet0.5_custom_best.params'
+TRAIN_YOLO3 = ('the 15-epoch BCCD YOLOv3 of docs/benchmarks.md#model-ema-issue-26 (its first '
+               'command), or give --model')
 MIN_SCORE = 0.25
 
 
@@ -107,6 +109,8 @@ def main():
     parser.add_argument('--grid', type=int, default=4)
     parser.add_argument('--seed', type=int, default=0)
     args = parser.parse_args()
+    if not os.path.exists(args.model):
+        parser.error('no model at %s: train %s' % (args.model, TRAIN_YOLO3))
     tile = tuple(int(v) for v in args.tile.split('x'))
     checks = Checks()
     predictor = Predictor.from_model(args.model, args.backend)

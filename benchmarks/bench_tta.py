@@ -27,6 +27,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from benchmarks.bench_slicing import BCCD, TRAIN_YOLO3, YOLO3  # noqa: E402
 from benchmarks.common import Checks  # noqa: E402
 from gluondet.data import VOCDetection  # noqa: E402
 from gluondet.deploy.commands import export_model  # noqa: E402
@@ -34,9 +35,7 @@ from gluondet.deploy.predictor import Predictor  # noqa: E402
 from gluondet.deploy.views import TTA, ViewPredictor  # noqa: E402
 from gluondet.metrics.evaluation import evaluate_voc07  # noqa: E402
 
-BCCD = '/work/shared/datasets/bccd/BCCD'
-YOLO3 = '/tmp/ema_bccd/base/yolo3_mobilenet0.5_custom_best.params'
-RUNS = '/work/runs27'
+RUNS = '/work/runs27'     # the recipes' runs: sh model_zoo/bccd_NAME.sh /work/runs27/NAME/
 VARIANTS = {'none': None, 'wbf': TTA(), 'nms': TTA(merge='nms'), 'flip': TTA(scales=(1,))}
 
 
@@ -70,7 +69,8 @@ def main():
     variants = args.variants.split(',')
     unknown = sorted(set(variants) - set(VARIANTS))
     if unknown or not args.models:
-        parser.error('unknown variants %s' % unknown if unknown else 'no model found')
+        parser.error('unknown variants %s' % unknown if unknown else
+                     'no model: train %s' % TRAIN_YOLO3)
     checks = Checks()
     print('| model | backend | TTA | VOC07 mAP | AP (classes) | seconds |')
     print('|---|---|---|---|---|---|')
