@@ -1,12 +1,19 @@
-"""The demo recipes: their plumbing at a tiny budget, and (slow) that they learn to mAP >= 0.9."""
+"""The demo recipes: their plumbing at a tiny budget, and (slow) that they learn to mAP >= 0.9;
+the SSD recipe's model then tracks shapes in a video (ByteTrack, gluondet infer --track)."""
+import json
 import os
 import re
 import subprocess
 import sys
 
+import cv2
+import numpy as np
 import pytest
 
 from gluondet import demo, detectors
+from gluondet.bbox import bbox_iou
+from gluondet.cli import main
+from gluondet.data import demo as demo_data
 
 
 @pytest.mark.parametrize('detector', [d.name for d in detectors.all_detectors() if d.demo])
@@ -33,10 +40,76 @@ def test_demo_recipe_reaches_map_0_9_from_scratch(tmp_path, detector):
 
 
 @pytest.mark.slow(minutes=6)
-def test_ssd_recipe_reaches_map_0_9(tmp_path):
-    """``make demo``'s recipe, float32, its 20 epochs."""
+def test_ssd_recipe_reaches_map_0_9_and_tracks_shapes_in_a_video(tmp_path):
+    """``make demo``'s recipe, float32, its 20 epochs; then its model tracks the shapes of a
+    video (`check_tracks`)."""
     metrics = demo.run_demo(str(tmp_path), 'ssd')
     assert metrics['mAP'] >= 0.9, metrics
+    check_tracks(str(tmp_path / (demo.recipe_of('ssd').network + '_best.params')), tmp_path)
+
+
+# The shapes of the tracking video: (class, side, top left at the first frame, at the last,
+# frames drawn). Circle and square pass each other 5 pixels apart, the star is hidden for
+# 10 frames, the cross comes in at frame 20.
+VIDEO_FRAMES, VIDEO_SIZE = 60, 256
+VIDEO_SHAPES = [('circle', 60, (0, 16), (190, 30), range(60), (230, 40, 40)),
+                ('square', 52, (200, 92), (4, 84), range(60), (30, 30, 220)),
+                ('star', 64, (180, 190), (110, 150), set(range(60)) - set(range(24, 34)),
+                 (250, 250, 30)),
+                ('cross', 56, (10, 190), (40, 170), range(20, 60), (240, 240, 240))]
+
+
+def shape_video(path):
+    """Write the demo shapes of `VIDEO_SHAPES` moving over a demo background into an .mp4
+    at 30 frames a second; their boxes, ``frames x shapes x 4`` (NaN where not drawn)."""
+    background = demo_data._background(np.random.default_rng(7), VIDEO_SIZE)
+    writer = cv2.VideoWriter(path, cv2.VideoWriter_fourcc(*'mp4v'), 30,
+                             (VIDEO_SIZE, VIDEO_SIZE))
+    boxes = np.full((VIDEO_FRAMES, len(VIDEO_SHAPES), 4), np.nan)
+    for frame in range(VIDEO_FRAMES):
+        image = background.copy()
+        for k, (kind, side, start, end, frames, colour) in enumerate(VIDEO_SHAPES):
+            if frame in frames:
+                x, y = np.round(np.add(start, np.subtract(end, start) * frame
+                                       / (VIDEO_FRAMES - 1))).astype(int)
+                mask = demo_data._shape_mask(kind, side, 0.3)
+                image[:, y:y + side, x:x + side][:, mask] = np.array(colour)[:, None]
+                ys, xs = np.nonzero(mask)
+                boxes[frame, k] = x + xs.min(), y + ys.min(), x + xs.max(), y + ys.max()
+        rgb = cv2.convertScaleAbs(cv2.merge(list(image)))
+        writer.write(cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR))
+    writer.release()
+    return boxes
+
+
+def check_tracks(params, folder):
+    """``gluondet infer --track`` of a trained demo model on `shape_video`: every tracked
+    detection lies on a shape (IoU >= 0.5) and each shape keeps one id, in every frame it is
+    drawn (the cross from its second, when its track is confirmed), the star after hiding.
+    Class-agnostic NMS: a model that calls one shape a star and a triangle in one frame
+    would give it two tracks."""
+    video, lines = str(folder / 'shapes.mp4'), str(folder / 'shapes.jsonl')
+    truth = shape_video(video)
+    assert main(['infer', '--model', params, '--source', video, '--output', lines, '--track',
+                 '--agnostic-nms']) == 0
+    with open(lines) as f:
+        lines = [json.loads(line) for line in f]
+    assert [line['frame'] for line in lines] == list(range(VIDEO_FRAMES))
+    found = {k: {} for k in range(len(VIDEO_SHAPES))}     # shape -> {frame: track id}
+    for line in lines:
+        frame = line['frame']
+        tracked = [d for d in line['detections'] if d['track_id'] >= 0]
+        on = bbox_iou(np.nan_to_num(truth[frame], nan=-1.),
+                      np.array([d['bbox'] for d in tracked]).reshape(-1, 4)) >= 0.5
+        assert on.sum(axis=0).tolist() == [1] * len(tracked), line   # each on one shape
+        for shape, i in zip(*np.nonzero(on)):
+            assert frame not in found[shape], line                   # one track a shape
+            found[shape][frame] = tracked[i]['track_id']
+    expected = [found[k].get(0) for k in range(3)] + [4]
+    assert sorted(expected) == [1, 2, 3, 4], found
+    for k, (kind, _, _, _, frames, _) in enumerate(VIDEO_SHAPES):
+        drawn = sorted(frames)[1:] if kind == 'cross' else frames
+        assert found[k] == {f: expected[k] for f in drawn}, (kind, found[k])
 
 
 AMP_EPOCHS = '10'    # measured: 0.892 float32, 0.889 bfloat16 (at 20: 0.954 and 0.955)
