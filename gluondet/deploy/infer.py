@@ -177,6 +177,7 @@ class _LinesFile:
         self.file.flush()
 
     def close(self):
+        os.fsync(self.file.fileno())
         self.file.close()
         os.replace(self.tmp, self.path)
 
@@ -302,9 +303,6 @@ def _check_outputs(frames, output, save_video):
         if os.path.splitext(save_video)[1].lower() not in VIDEO_FOURCC:
             raise ValueError('--save-video: a %s file, not %s'
                              % (' or '.join(VIDEO_FOURCC), save_video))
-    if images and not output.lower().endswith(('.json', '.jsonl')):
-        raise ValueError('--output: a .json (COCO results) or .jsonl (JSON lines) file, not %s'
-                         % output)
     return output
 
 
@@ -366,44 +364,48 @@ def infer(model, source=None, output=None, backend=None, params=None, pretrained
     if (source is None) == (images is None):
         raise ValueError('give the source (or images), once')
     source = images if source is None else source
+    predictor = Predictor.from_model(model, backend, params, pretrained, data_shape, classes,
+                                     nms=nms)
     stop = Stop()
     with open_source(source, vid_stride, reconnect, stopped=stop) as frames:
         output = _check_outputs(frames, output, save_video)
         if kitti_labels and frames.kind == 'images':
             check_unique_stems(frames.paths)
-        predictor = Predictor.from_model(model, backend, params, pretrained, data_shape,
-                                         classes, nms=nms)
         size = predictor.batch_size(batch_size or (predictor.batch_range[0] if frames.live
                                                    else None))
-        predictor = wrap(predictor, views, size)
         tracker = None
         if track:
             from .track import ByteTrack
             tracker = ByteTrack(frame_rate=(frames.fps or DEFAULT_FPS) / frames.stride)
         outputs = _Outputs(frames, predictor.classes, output, kitti_labels, visualize,
                            save_video, threshold)
-        unit = 'image' if frames.kind == 'images' else 'frame'
         start = time.monotonic()
-        files, skipped = None, 0
         try:
-            with stop_signals(stop), tqdm(total=frames.length, disable=not progress,
-                                              unit=unit,
-                                              desc='detect (%s)' % predictor.backend) as bar:
-                for batch in _batches(frames, size, stop):
-                    found = predictor.detect([frame.image for frame in batch], size)
-                    for frame, detections in zip(batch, found):
-                        ids = None if tracker is None else tracker.update(detections)
-                        if min_score is not None:
-                            keep = detections.scores >= min_score
-                            detections = Detections(*(part[keep] for part in detections))
-                            ids = None if ids is None else ids[keep]
-                        outputs.write(frame, detections, ids)
-                    bar.update(len(batch) + len(frames.skipped) - skipped)
-                    skipped = len(frames.skipped)
+            with stop_signals(stop):
+                _detect(wrap(predictor, views, size), frames, size, stop, tracker, min_score,
+                        outputs, progress)
         finally:
             files = outputs.close()
         seconds = time.monotonic() - start
     return _report(frames, predictor, outputs, files, seconds, stop.signum)
+
+
+def _detect(predictor, frames, size, stop, tracker, min_score, outputs, progress):
+    """Detect in batches of ``size`` frames until the source ends or ``stop``; track; write."""
+    skipped = 0
+    with tqdm(total=frames.length, disable=not progress, desc='detect (%s)' % predictor.backend,
+              unit='image' if frames.kind == 'images' else 'frame') as bar:
+        for batch in _batches(frames, size, stop):
+            found = predictor.detect([frame.image for frame in batch], size)
+            for frame, detections in zip(batch, found):
+                ids = None if tracker is None else tracker.update(detections)
+                if min_score is not None:
+                    keep = detections.scores >= min_score
+                    detections = Detections(*(part[keep] for part in detections))
+                    ids = None if ids is None else ids[keep]
+                outputs.write(frame, detections, ids)
+            bar.update(len(batch) + len(frames.skipped) - skipped)
+            skipped = len(frames.skipped)
 
 
 def _report(frames, predictor, outputs, files, seconds, signum):
