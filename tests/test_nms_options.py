@@ -193,7 +193,7 @@ def test_mxnet_agnostic_and_soft_nms_equal_those_of_the_no_nms_export(tmp_path, 
     net, x, params = _detector('ssd', tmp_path)
     path = str(tmp_path / 'ssd.onnx')
     assert main(['export', '-m', params, '-o', path, '--batch-size', '2', '--no-nms']) == 0
-    assert 'the candidates of the NMS' in capsys.readouterr().out
+    assert 'the candidates of the NMS, which the predictor runs' in capsys.readouterr().out
     default = _detections(Predictor.from_model(net), x)
     for options in (NMSOptions(agnostic=True), NMSOptions(soft='gaussian', sigma=0.3),
                     NMSOptions(soft='linear', iou=0.3, conf=0.05, max_det=50)):

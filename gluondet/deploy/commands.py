@@ -275,8 +275,8 @@ def export_summary(files, meta, dims):
         '(N x K x 1), boxes (N x K x 4: xmin, ymin, xmax, ymax in input pixels), rows of -1 '
         'after the detections; the predictor of infer and evaluate scales the boxes to each '
         'image and clips them to it' % (
-            'NMS' if meta.get('nms_applied', True) else 'the candidates of the NMS (the '
-            'predictor runs the NMS: --no-nms)', nms)])
+            'NMS' if meta.get('nms_applied', True) else 'the candidates of the NMS, which the '
+            'predictor runs (--no-nms)', nms)])
 
 
 def _numbers(values):
