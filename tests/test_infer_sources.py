@@ -92,7 +92,7 @@ def test_video_file_gives_lines_kitti_and_a_video_at_its_size_and_rate(model, vi
     out = tmp_path / 'out'
     assert main(['infer', *model, '--source', video, '--output', str(out / 'det.jsonl'),
                  '--save-video', str(out / 'drawn.mp4'), '--kitti-labels', str(out / 'kitti'),
-                 '--vid-stride', '2', '--batch-size', '4']) == 0
+                 '--visualize', str(out / 'frames'), '--vid-stride', '2', '--batch-size', '4']) == 0
     printed = capsys.readouterr().out
     assert '20 frames in' in printed and 'frames/s' in printed
     lines = read_lines(str(out / 'det.jsonl'))
@@ -119,7 +119,9 @@ def test_video_file_gives_lines_kitti_and_a_video_at_its_size_and_rate(model, vi
     assert names == ['moving_%06d.txt' % i for i in range(0, 40, 2)]
     objects = parse_kitti_label(str(out / 'kitti' / names[0]))
     assert [kind for _, kind, _ in objects] == [d['class'] for d in found]
-    assert sorted(os.listdir(str(out))) == ['det.jsonl', 'drawn.mp4', 'kitti']   # no temp file
+    assert sorted(os.listdir(str(out / 'frames'))) == [n[:-4] + '.jpg' for n in names]
+    assert cv2.imread(str(out / 'frames' / 'moving_000000.jpg')).shape == (HEIGHT, WIDTH, 3)
+    assert sorted(os.listdir(str(out))) == ['det.jsonl', 'drawn.mp4', 'frames', 'kitti']
 
 
 def test_a_corrupt_frame_of_a_video_file_is_a_counted_warning(model, tmp_path, caplog):
