@@ -113,6 +113,7 @@ def export_nms(path):
 def evaluate(args):
     """``gluondet evaluate -e SPEC -m MODEL``: the spec's validation data and settings."""
     from ..deploy import commands as infer
+    from ..deploy.views import view_options
     if args.key:
         _note('evaluate', KEY_NOTICE)
     given = [flag for flag, value in (
@@ -137,7 +138,8 @@ def evaluate(args):
             iou_thresh=getattr(args, 'iou_thresh', None) or settings.get('iou_thresh', 0.5),
             ap=getattr(args, 'ap', None) or settings.get('ap', '11point'),
             plots=getattr(args, 'plots', None),
-            confusion_score=getattr(args, 'confusion_score', 0.25), **dataset)
+            confusion_score=getattr(args, 'confusion_score', 0.25),
+            views=view_options(args), **dataset)
         return 0
     except (ValueError, OSError) as err:
         return specs.main_error('evaluate', err)
