@@ -1,23 +1,25 @@
 """gluondet.deploy.views: tiles, views mapped back, weighted box fusion, evaluate with views.
 
 The detector is test_deploy_predictor's ``trained_model`` (an SSD at 128 px trained a few
-steps on BCCD and demo images), on real BCCD images.
+steps on BCCD and demo images), on real BCCD images; tiles also with a keep-ratio Faster
+R-CNN.
 """
 import os
 import re
 
+import mxnet as mx
 import numpy as np
 import pytest
 
 from gluondet.cli import main
 from gluondet.data import VOCDetection
 from gluondet.data.base import read_image
-from gluondet.deploy import compare_detections
+from gluondet.deploy import compare_detections, detecting_random_weights
 from gluondet.deploy.commands import export_model
 from gluondet.deploy.predictor import Detections, Predictor
 from gluondet.deploy.views import (TTA, Slicing, ViewPredictor, fuse_boxes, merge_nms,
                                    tile_windows)
-from gluondet.metrics.evaluation import evaluate_voc07
+from gluondet.model_zoo import get_model
 
 from test_deploy_predictor import SMALL_SPLIT, small_bccd, trained_model  # noqa: F401
 
@@ -142,13 +144,26 @@ def _sorted(found):
     return rows[np.lexsort(rows.T[::-1])]
 
 
-def test_tiles_map_back_exactly(trained_model, bccd_image):
+@pytest.fixture(params=['ssd', 'faster_rcnn'])
+def detector(request, trained_model, bccd_image):
+    """``(predictor, image)``: the trained SSD (fixed 128 x 128 input) on a BCCD image, or a
+    Faster R-CNN FPN (keep-ratio, short 128, max size 160) with weights made to detect
+    (:func:`detecting_random_weights`) on the image shrunk 4 times."""
+    if request.param == 'ssd':
+        return Predictor.from_model(trained_model[0]), bccd_image
+    net = get_model('faster_rcnn_fpn_resnet18_v1b_custom', classes=('a', 'b', 'c'),
+                    pretrained_base=False, short=128, max_size=160)
+    detecting_random_weights(net, mx.nd.random.normal(shape=(1, 3, 128, 160)))
+    return Predictor.from_model(net), np.ascontiguousarray(bccd_image[::4, ::4])
+
+
+def test_tiles_map_back_exactly(detector):
     """Four copies of an image, tiles of its size without overlap: each tile is a copy,
     and the merged detections are the image's at each copy's place."""
-    predictor = Predictor.from_model(trained_model[0])
-    height, width = bccd_image.shape[:2]
-    mosaic = np.tile(bccd_image, (2, 2, 1))
-    own = merge_nms([predictor.detect([bccd_image], batch_size=1)[0]], 0.5)
+    predictor, image = detector
+    height, width = image.shape[:2]
+    mosaic = np.tile(image, (2, 2, 1))
+    own = merge_nms([predictor.detect([image], batch_size=1)[0]], 0.5)
     assert len(own.ids) > 20
     expected = Detections(*(np.concatenate(parts) for parts in zip(*[
         own._replace(boxes=own.boxes + np.float32([x, y, x, y]))
@@ -208,12 +223,11 @@ def test_evaluate_with_slicing_and_tta_mxnet_and_onnxruntime(trained_model, bccd
         out = capsys.readouterr().out
         found[model] = float(re.search(r'on 12 images: ([0-9.]+)', out).group(1))
     assert found[params] > 0.005 and abs(found[params] - found[onnx_path]) < 2e-3, found
-    # the Python API: the same number; views of predictions from files equal detect's
+    # predictions of files (batches of images) equal detect's of the decoded images
     predictor = Predictor.from_model(params)
     views = ViewPredictor(predictor, Slicing(320, 0.25, full=True), TTA(scales=(1, 0.75)),
                           batch_size=4)
     data = VOCDetection(voc, splits=SMALL_SPLIT, classes=predictor.classes)
-    assert abs(evaluate_voc07(views, data, batch_size=3)['mAP'] - found[params]) < 1e-3
     paths = [data.image_path(i) for i in range(2)]
     result = compare_detections([p.detections for p in views.predict(paths)],
                                 views.detect([read_image(p).asnumpy() for p in paths]))
