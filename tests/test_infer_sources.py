@@ -390,3 +390,18 @@ def test_nms_options_on_a_video(model, video, tmp_path):
     found = [line['detections'] for line in read_lines(str(tmp_path / 'det.jsonl'))]
     assert len(found) == 4 and all(0 < len(f) <= 5 for f in found)
     assert all(d['score'] > 0.9 for f in found for d in f)
+
+
+def test_a_stream_back_at_another_size_keeps_the_video_size(model, tmp_path):
+    small = [cv2.resize(image, (WIDTH // 2, HEIGHT // 2)) for image in frames(4)]
+    server = MJPEGServer([jpegs(frames(4)), jpegs(small)])
+    try:
+        result = infer(NETWORK, server.url, str(tmp_path / 'det.jsonl'), params=model[3],
+                       classes=DEMO_CLASSES, data_shape=128, reconnect=1, progress=False,
+                       save_video=str(tmp_path / 'drawn.mp4'))
+    finally:
+        server.close()
+    assert result['frames'] == 8
+    sizes = [(line['width'], line['height']) for line in read_lines(str(tmp_path / 'det.jsonl'))]
+    assert sizes == [(WIDTH, HEIGHT)] * 4 + [(WIDTH // 2, HEIGHT // 2)] * 4
+    assert read_video(str(tmp_path / 'drawn.mp4'))[0::2] == (8, (WIDTH, HEIGHT))
