@@ -74,7 +74,7 @@ def test_objects_on_straight_lines_keep_their_ids_from_the_first_frame():
 
 
 def test_two_objects_crossing_keep_their_ids():
-    """Boxes of the same size cross head on (IoU up to 0.75 at the crossing)."""
+    """Boxes of the same size cross head on (IoU up to 0.78 at the crossing)."""
     things = {'right': Thing((0, 100, 40, 140), (6, 0), range(60)),
               'left': Thing((360, 105, 400, 145), (-6, 0), range(60))}
     found = track(things, 60, noise=1.0)
@@ -151,7 +151,7 @@ def test_a_track_starts_at_new_track_thresh(score, tracker, tracked):
 
 
 def test_a_double_detection_leaves_no_second_track_on_the_object():
-    """For 4 frames a second box (IoU 0.86) covers the object: it makes track 2. When it
+    """For 4 frames a second box (IoU 0.89) covers the object: it makes track 2. When it
     ends, one of the two tracks is lost on top of the other, and ByteTrack drops the
     younger: the object never carries id 2 (on one frame it is untracked)."""
     things = {'a': Thing((10, 10, 60, 60), (4, 2), range(40), 0.9),
