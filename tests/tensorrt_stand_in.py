@@ -10,6 +10,7 @@ exercised; TensorRT's own kernels are not.
 """
 import ctypes
 import json
+import os
 import sys
 import types
 from types import SimpleNamespace
@@ -17,6 +18,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from gluondet.deploy import calibration, tensorrt
+from gluondet.deploy.sources import metadata_path
 
 
 class FakeCudart(types.ModuleType):
@@ -144,3 +146,20 @@ def install(monkeypatch):
     for module in (calibration, tensorrt):
         monkeypatch.setattr(module, '_import_cudart', lambda: cudart)
     return cudart
+
+
+def engine_beside(onnx_path):
+    """A stand-in engine of ``onnx_path`` beside it (``stand_in.engine``), with the profile
+    ``build_engine`` would set and the json ``gluondet export`` writes beside an engine (the
+    ONNX model's metadata)."""
+    import onnx
+    model = onnx.load(onnx_path)
+    spec = tensorrt.read_onnx_input(onnx_path, model)
+    profile, _ = tensorrt._batch_plan(spec, False, spec.shape[0], None, None,
+                                      tensorrt.input_sizes(onnx_path, model, spec))
+    engine = os.path.join(os.path.dirname(onnx_path), 'stand_in.engine')
+    with open(engine, 'wb') as f:
+        f.write(engine_bytes(onnx_path, profile))
+    with open(metadata_path(engine), 'w') as f:
+        json.dump({p.key: json.loads(p.value) for p in model.metadata_props}, f)
+    return engine

@@ -9,7 +9,6 @@ run here (no GPU): the engine is a stand-in that runs the ONNX model behind Tens
 the TensorRT runner and the Predictor around it are the real ones. For each, the runner's
 own boxes cross the image's edges, and the Predictor's do not.
 """
-import json
 import os
 
 import mxnet as mx
@@ -19,9 +18,7 @@ import pytest
 from gluondet.data.base import empty_label, read_image
 from gluondet.deploy import detecting_random_weights
 from gluondet.deploy.commands import export_model
-from gluondet.deploy import tensorrt as gt
 from gluondet.deploy.predictor import Predictor, clip_boxes, rescale_boxes
-from gluondet.deploy.sources import metadata_path
 from gluondet.model_zoo import get_model
 
 import tensorrt_stand_in
@@ -56,21 +53,6 @@ class Recording:
         return outputs
 
 
-def stand_in_engine(onnx_path):
-    """A stand-in TensorRT engine of ``onnx_path`` beside it, with the profile ``build_engine``
-    would set and the json ``gluondet export`` writes beside an engine."""
-    model = onnx.load(onnx_path)
-    spec = gt.read_onnx_input(onnx_path, model)
-    profile, _ = gt._batch_plan(spec, False, spec.shape[0], None, None,
-                                gt.input_sizes(onnx_path, model, spec))
-    engine = os.path.join(os.path.dirname(onnx_path), 'stand_in.engine')
-    with open(engine, 'wb') as f:
-        f.write(tensorrt_stand_in.engine_bytes(onnx_path, profile))
-    with open(metadata_path(engine), 'w') as f:
-        json.dump({p.key: json.loads(p.value) for p in model.metadata_props}, f)
-    return engine
-
-
 @pytest.fixture(scope='module', params=sorted(DETECTORS))
 def exported(request, tmp_path_factory):
     """``(params, symbol prefix, onnx path, engine path)`` of one detector with random
@@ -85,7 +67,7 @@ def exported(request, tmp_path_factory):
     symbol, onnx_path = str(folder / 'symbol'), str(folder / 'model.onnx')
     for output, fmt in ((symbol, 'symbol'), (onnx_path, 'onnx')):
         export_model(params, output, fmt, verbose=False)
-    return params, symbol, onnx_path, stand_in_engine(onnx_path)
+    return params, symbol, onnx_path, tensorrt_stand_in.engine_beside(onnx_path)
 
 
 def test_every_backend_clips_boxes_to_the_image(exported, cards_root, monkeypatch):

@@ -1,6 +1,7 @@
 """NMS options (gluondet.deploy.nms): soft NMS by hand, class-agnostic NMS, conf and max_det;
 ``export --no-nms`` equal to the export with NMS for every detector (ONNX Runtime); the
-MXNet backend's agnostic and soft NMS equal to those of the --no-nms export; refusals."""
+MXNet backend's agnostic and soft NMS equal to those of the --no-nms export (ONNX Runtime,
+and TensorRT's runner on a stand-in engine); refusals."""
 import argparse
 import math
 
@@ -18,6 +19,7 @@ from gluondet.model_zoo import get_model
 
 pytest.importorskip('onnxruntime')
 from gluondet.deploy.commands import export_model  # noqa: E402
+import tensorrt_stand_in  # noqa: E402
 from export_checks import save_training_output  # noqa: E402
 
 # A, then B (IoU 1/3 with A), C (apart), D (IoU 5/6 with A, 7/15 with B)
@@ -189,19 +191,23 @@ def test_no_nms_export_gives_the_detections_of_the_export_with_nms(kind, tmp_pat
     _assert_same(_detections(Predictor.from_model(net), x), expected, exact=False)
 
 
-def test_mxnet_agnostic_and_soft_nms_equal_those_of_the_no_nms_export(tmp_path, capsys):
+def test_mxnet_agnostic_and_soft_nms_equal_those_of_the_no_nms_export(tmp_path, capsys,
+                                                                       monkeypatch):
     net, x, params = _detector('ssd', tmp_path)
     path = str(tmp_path / 'ssd.onnx')
     assert main(['export', '-m', params, '-o', path, '--batch-size', '2', '--no-nms']) == 0
     assert 'the candidates of the NMS, which the predictor runs' in capsys.readouterr().out
+    tensorrt_stand_in.install(monkeypatch)      # TensorRT's runner on a stand-in engine
+    engine = tensorrt_stand_in.engine_beside(path)
     default = _detections(Predictor.from_model(net), x)
     for options in (NMSOptions(agnostic=True), NMSOptions(soft='gaussian', sigma=0.3),
                     NMSOptions(soft='linear', iou=0.3, conf=0.05, max_det=50)):
         gluon = Predictor.from_model(params, nms=options)
         assert gluon.runner.block.postprocess.candidates
         found = _detections(gluon, x)
-        _assert_same(found, _detections(Predictor.from_model(path, nms=options), x),
-                     exact=False)
+        exported = _detections(Predictor.from_model(path, nms=options), x)
+        _assert_same(found, exported, exact=False)
+        _assert_same(_detections(Predictor.from_model(engine, nms=options), x), exported)
         assert [len(f[0]) for f in found] != [len(d[0]) for d in default] or any(
             not np.array_equal(f[1], d[1]) for f, d in zip(found, default))
     # class-agnostic: the reference is box_nms over all classes of the candidates
