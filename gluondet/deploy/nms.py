@@ -31,7 +31,6 @@ __all__ = ['NMSOptions', 'HostNMS', 'SOFT_METHODS', 'add_nms_arguments', 'config
            'export_plan', 'nms_keep', 'nms_options', 'soft_nms_keep']
 
 SOFT_METHODS = ('gaussian', 'linear')
-NO_SUPPRESSION = 2.0    # an IoU threshold no overlap passes (IoU <= 1)
 
 
 def _check(value, flag, low, high=None, integer=False, closed=False):
@@ -92,13 +91,16 @@ class NMSOptions:
 
 # ---------------------------------------------------------------- the NMS on the host
 
+def _area(boxes):
+    return (boxes[..., 2] - boxes[..., 0]) * (boxes[..., 3] - boxes[..., 1])
+
+
 def _iou(box, boxes):
     """IoU of one corner box with each of ``boxes`` (``box_nms``'s: no +1)."""
     width = np.clip(np.minimum(box[2], boxes[:, 2]) - np.maximum(box[0], boxes[:, 0]), 0, None)
     height = np.clip(np.minimum(box[3], boxes[:, 3]) - np.maximum(box[1], boxes[:, 1]), 0, None)
     inter = width * height
-    area = lambda b: (b[..., 2] - b[..., 0]) * (b[..., 3] - b[..., 1])   # noqa: E731
-    union = area(box) + area(boxes) - inter
+    union = _area(box) + _area(boxes) - inter
     return np.where(union > 0, inter / np.where(union > 0, union, 1), 0)
 
 
@@ -226,7 +228,9 @@ class HostNMS:
 
 def _host(options, settings, nms=True):
     """The :class:`HostNMS` of ``options`` over a model's NMS ``settings`` (its defaults)."""
-    pick = lambda value, key: settings[key] if value is None else value   # noqa: E731
+    def pick(value, key):
+        return settings[key] if value is None else value
+
     agnostic = options.agnostic or bool(settings.get('force_nms', False))
     return HostNMS(pick(options.conf, 'score_thresh'), pick(options.max_det, 'post_nms'), nms,
                    pick(options.iou, 'nms_thresh'), agnostic, options.soft, options.sigma)
