@@ -8,6 +8,7 @@ both orientations, so that images of one batch have different input sizes. Parit
 detection paired with one of the same class, as many per image, scores within 1e-4, box
 coordinates within BOX_TOL pixels (measured at most 1.2e-3 px on these 480-640 px photos).
 """
+import json
 import os
 import subprocess
 import sys
@@ -108,7 +109,7 @@ def test_openvino_gives_onnxruntime_detections(exported, photos):
     """The .onnx on openvino and its IR give ONNX Runtime's detections, in batches of 1 and
     2 (photos of both orientations); the IR carries the model's description."""
     name, _, onnx_path, xml_path = exported
-    ort = Predictor.from_model(onnx_path)
+    ort = Predictor.from_model(onnx_path, threads=1)
     expected = ort.detect(photos, batch_size=2)
     for model, backend in ((onnx_path, 'openvino'), (xml_path, None)):
         predictor = Predictor.from_model(model, backend, threads=1)
@@ -129,8 +130,8 @@ def test_fixed_batch_and_size(name, photos, tmp_path):
     params = training_output(name, tmp_path, photos[-1])
     fixed = [] if name == 'ssd' else ['--data-shape', '160,224']
     path = export(params, str(tmp_path / 'fixed.onnx'), name, '--batch-size', '2', *fixed)
-    ort = Predictor.from_model(path)
-    predictor = Predictor.from_model(path, 'openvino')
+    ort = Predictor.from_model(path, threads=1)
+    predictor = Predictor.from_model(path, 'openvino', threads=1)
     assert predictor.batch_range == ort.batch_range == (2, 2)
     assert predictor.data_shape == ort.data_shape == ((160, 160) if name == 'ssd'
                                                       else (160, 224))
@@ -159,7 +160,9 @@ def test_export_openvino_writes_the_ir(photos, tmp_path, capsys):
     cv2.imwrite(str(tmp_path / 'images' / 'photo.jpg'), photos[0][:, :, ::-1])
     assert main(['infer', '-m', xml_path, '--images', str(tmp_path / 'images'),
                  '--output', str(tmp_path / 'det.json')]) == 0
-    assert 'openvino: ' in capsys.readouterr().out
+    with open(str(tmp_path / 'det.json')) as f:
+        assert len(json.load(f)) >= 20
+    capsys.readouterr()
 
     for argv, message in [
             (['-o', str(tmp_path / 'm.onnx')], 'the OpenVINO IR file must end with .xml'),
@@ -205,24 +208,29 @@ def calibration(bccd_root, tmp_path_factory):
 def test_int8_models_run_on_openvino(name, photos, calibration, tmp_path):
     """ONNX Runtime's int8 QDQ model runs on OpenVINO (its int8 kernels), as a .onnx and as
     the IR of ``export --format openvino --precision int8``. The two runtimes' int8
-    arithmetic differs (scores by up to ~0.04 here), so they are compared by mAP: OpenVINO's
-    int8 detections find ONNX Runtime's int8 confident ones (measured 0.78 SSD, 0.83 YOLOv3),
-    and the fp32 model's as well as ONNX Runtime's int8 detections do (0.54-0.56 vs 0.57 SSD,
-    0.44 vs 0.45 YOLOv3: random weights made to detect many boxes are hard on int8)."""
+    arithmetic differs (scores by up to ~0.05 here), so they are compared by mAP: OpenVINO's
+    int8 detections find ONNX Runtime's int8 confident ones (measured 0.88 SSD, 0.78 YOLOv3),
+    and the fp32 model's about as well as ONNX Runtime's int8 detections do (0.52 vs 0.55
+    SSD, 0.39 vs 0.37 YOLOv3: random weights made to detect many boxes are hard on int8; the
+    BCCD-trained SSD and YOLOv3 lose nothing, docs/deploy.md). The .onnx on openvino gives
+    its IR's detections (read without ``ov.convert_model``, an int8 SSD's differed)."""
     params = training_output(name, tmp_path, photos[-1])
-    quantized = ['--dynamic-batch', '--precision', 'int8', '--calibration-images', calibration]
+    quantized = ['--dynamic-batch', '--precision', 'int8', '--calibration-images', calibration,
+                 '--calibration-cache', str(tmp_path / 'ranges.json')]  # the IR's from it too
     float_path = export(params, str(tmp_path / 'fp32.onnx'), name, '--dynamic-batch')
     int8_path = export(params, str(tmp_path / 'int8.onnx'), name, *quantized)
     xml_path = export(params, str(tmp_path / 'int8.xml'), name, *quantized)
-    float32 = Predictor.from_model(float_path).detect(photos)
-    ort = Predictor.from_model(int8_path).detect(photos)
+    float32 = Predictor.from_model(float_path, threads=1).detect(photos)
+    ort = Predictor.from_model(int8_path, threads=1).detect(photos)
     ort_agreement = agreement(float32, ort)
+    found = {}
     for path, backend in ((int8_path, 'openvino'), (xml_path, None)):
-        predictor = Predictor.from_model(path, backend)
+        predictor = Predictor.from_model(path, backend, threads=1)
         assert predictor.runner.metadata['precision'] == 'int8'
-        found = predictor.detect(photos)
-        assert agreement(ort, found) >= 0.7
-        assert agreement(float32, found) >= ort_agreement - 0.05
+        found[path] = predictor.detect(photos)
+        assert agreement(ort, found[path]) >= 0.7
+        assert agreement(float32, found[path]) >= ort_agreement - 0.05
+    assert_parity(found[xml_path], found[int8_path])   # OpenVINO runs the .onnx as its IR
 
 
 @pytest.fixture(scope='module')
