@@ -8,7 +8,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def read_version():
-    with open(os.path.join(HERE, 'gluondet', '__init__.py')) as f:
+    with open(os.path.join(HERE, 'gluondet', 'version.py')) as f:
         return re.search(r"^__version__ = '([^']+)'", f.read(), re.M).group(1)
 
 

@@ -5,7 +5,7 @@ from . import _compat  # noqa: E402,F401  (numpy aliases mxnet 1.9.1 needs; must
 from . import _mxnet  # noqa: E402
 _mxnet.prepare()   # which MXNet build; a CUDA build's libraries from the nvidia-* wheels
 
-__version__ = '0.1.0'
+from .version import __version__  # noqa: E402,F401
 
 
 def __getattr__(name):

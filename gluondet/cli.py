@@ -431,7 +431,7 @@ COMMANDS = [
 
 def build_parser():
     """The ``gluondet`` parser, a subparser per command of ``COMMANDS``."""
-    from . import __version__
+    from .version import __version__
     parser = ArgumentParser(prog='gluondet', description='Object detection on MXNet Gluon.')
     parser.add_argument('--version', action='version', version='gluondet ' + __version__)
     sub = parser.add_subparsers(dest='command', metavar='command')

@@ -35,7 +35,8 @@ import cv2
 import mxnet as mx
 import numpy as np
 
-from .. import __version__, threads as threads_module
+from .. import threads as threads_module
+from ..version import __version__
 from ..data.base import empty_label
 from ..data.demo import render_demo_image
 from ..data.preprocess import padded_shape, preprocessing_of

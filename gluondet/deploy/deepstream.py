@@ -221,7 +221,7 @@ def write_deepstream_config(onnx_path, engine_path=None, precision='fp32',
     list of str
         The config and labels files.
     """
-    from .. import __version__
+    from ..version import __version__
     onnx = require('onnx', 'a DeepStream config')
     model = onnx.load(onnx_path, load_external_data=False)
     folder = os.path.dirname(os.path.abspath(onnx_path))

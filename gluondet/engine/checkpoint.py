@@ -341,7 +341,7 @@ def load_hook_states(hooks, states, arrays=None):
 
 def provenance():
     """gluondet version and git commit, for every file that describes a model."""
-    from .. import __version__
+    from ..version import __version__
     return {'gluondet_version': __version__, 'git_commit': _git_commit(),
             'time': datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds')}
 
