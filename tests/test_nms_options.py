@@ -38,6 +38,8 @@ def test_gaussian_soft_nms_by_hand():
     keep, scores = soft_nms_keep(BOXES, SCORES, IDS, 0.3, 'gaussian', sigma, conf=0.06)
     assert keep.tolist() == [0, 2, 1, 3]
     np.testing.assert_allclose(scores, [0.9, 0.7, b, d], rtol=1e-6)
+    keep, scores = soft_nms_keep(BOXES, SCORES, IDS, 0.3, 'gaussian', sigma, 0.06, max_det=2)
+    assert keep.tolist() == [0, 2]
 
 
 def test_linear_soft_nms_by_hand_drops_what_falls_under_conf():

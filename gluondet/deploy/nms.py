@@ -140,14 +140,15 @@ def nms_keep(boxes, scores, ids, iou, agnostic=False):
 
 
 def soft_nms_keep(boxes, scores, ids, iou, method='gaussian', sigma=0.5, conf=0.0,
-                  agnostic=False):
+                  agnostic=False, max_det=-1):
     """Soft NMS (Bodla et al. 2017): the indices kept, best first, and their new scores.
 
     Repeatedly the best remaining box is kept, and every remaining box of its class (any
     class if ``agnostic``) has its score multiplied by ``exp(-IoU^2 / sigma)``
     (``'gaussian'``) or, if its IoU with the kept box is at least ``iou``, by ``1 - IoU``
     (``'linear'``); boxes whose score falls to ``conf`` or below are dropped. Ties go to
-    the first box; IoU as ``box_nms``'s.
+    the first box; IoU as ``box_nms``'s. It stops after ``max_det`` boxes (if positive): the
+    boxes are kept by descending new score, so no later one would come before them.
 
     Returns
     -------
@@ -164,7 +165,7 @@ def soft_nms_keep(boxes, scores, ids, iou, method='gaussian', sigma=0.5, conf=0.
     ids = np.asarray(ids).reshape(-1)
     left = np.flatnonzero(current > conf)
     keep, kept_scores = [], []
-    while len(left):
+    while len(left) and len(keep) != max_det:
         best = left[np.argmax(current[left])]
         keep.append(best)
         kept_scores.append(current[best])
@@ -212,7 +213,8 @@ class HostNMS:
         index = np.flatnonzero((ids >= 0) & (scores > self.conf))
         if self.nms and self.soft:
             keep, scores = soft_nms_keep(boxes[index], scores[index], ids[index], self.iou,
-                                         self.soft, self.sigma, self.conf, self.agnostic)
+                                         self.soft, self.sigma, self.conf, self.agnostic,
+                                         self.max_det)
             index = index[keep]
         else:
             if self.nms:
