@@ -24,7 +24,8 @@ import os
 
 import numpy as np
 
-from .deploy.predictor import Predictor, list_images
+from .data.base import read_image
+from .deploy.predictor import Predictor
 from .deploy.sources import source_kind
 from .metadata import read_json
 from .visualize import draw_boxes, save_image
@@ -32,6 +33,7 @@ from .visualize import draw_boxes, save_image
 __all__ = ['Detector', 'Results']
 
 DEFAULT_SAVE_PREFIX = 'runs/train/'
+_NO_NMS = dict(conf=None, iou=None, max_det=None, agnostic=False, soft=None, sigma=0.5)
 
 
 class Results:
@@ -43,6 +45,8 @@ class Results:
         The file, folder item, stream or video the image came from (None for an array).
     frame : int
         Index of the image in the source (a video's frame number).
+    time : float or None
+        Seconds from the start of a video, or since a camera or stream was opened.
     image : numpy.ndarray
         The ``H x W x 3`` uint8 RGB image.
     boxes : numpy.ndarray
@@ -57,9 +61,10 @@ class Results:
         ``N`` int64 track ids (-1: not tracked) when predicting with ``track=True``.
     """
 
-    def __init__(self, source, frame, image, detections, names, track_ids=None):
+    def __init__(self, source, frame, image, detections, names, track_ids=None, time=None):
         self.source = source
         self.frame = frame
+        self.time = time
         self.image = image
         self.boxes = detections.boxes
         self.scores = detections.scores
@@ -269,41 +274,101 @@ class Detector:
 
     # ------------------------------------------------------------ predict
 
-    def predictor(self):
-        """The :class:`~gluondet.deploy.Predictor` of this model (made once)."""
-        if 'plain' not in self._predictors:
-            self._predictors['plain'] = Predictor.from_model(
+    def predictor(self, nms=None):
+        """The :class:`~gluondet.deploy.Predictor` of this model with the NMS options ``nms``
+        (an :class:`~gluondet.deploy.nms.NMSOptions`; made once per options)."""
+        key = repr(nms)
+        if key not in self._predictors:
+            self._predictors[key] = Predictor.from_model(
                 self.model, self.backend, self.params, self.pretrained, self.data_shape,
-                self.classes)
-        return self._predictors['plain']
+                self.classes, nms=nms)
+        return self._predictors[key]
 
-    def predict(self, source, batch_size=None, stream=False):
-        """Detect objects in a source.
+    def predict(self, source, conf=None, iou=None, max_det=None, agnostic_nms=False,
+                soft_nms=None, soft_sigma=0.5, track=False, slice=None, slice_overlap=0.2,
+                slice_full=False, tta=False, vid_stride=1, batch_size=None, stream=False):
+        """Detect objects in a source (``gluondet infer``'s).
 
         Parameters
         ----------
-        source : str, array or list
-            An image file, a folder of images, a glob (``'images/*.jpg'``), an ``H x W x 3``
-            uint8 RGB array, or a list of files and arrays.
+        source : str, int, array or list
+            An image file, a folder of images, a glob (``'images/*.jpg'``), a video file, a
+            camera index, a stream URL (``rtsp://``, ``http://``: :func:`~gluondet.deploy.
+            streams.open_source`), an ``H x W x 3`` uint8 RGB array, or a list of image files
+            and arrays.
+        conf, iou, max_det, agnostic_nms, soft_nms, soft_sigma
+            The final NMS (:class:`~gluondet.deploy.nms.NMSOptions`; ``gluondet infer``'s
+            ``--conf`` ... ``--soft-sigma``); None keeps the model's.
+        track : bool
+            Give each detection a track id across the frames (:class:`~gluondet.deploy.track.
+            ByteTrack`).
+        slice : int or (int, int), optional
+            Sliced inference in tiles of this size (``--slice``), overlapping by
+            ``slice_overlap``, with one whole-image pass too if ``slice_full``.
+        tta : bool or TTA
+            Test-time augmentation (``--tta``: :class:`~gluondet.deploy.views.TTA`).
+        vid_stride : int
+            Keep every ``vid_stride``-th frame.
         batch_size : int, optional
         stream : bool
-            Return a generator (one :class:`Results` at a time, for long sources) instead of
-            a list.
+            Return a generator (one :class:`Results` at a time: videos, cameras, streams)
+            instead of a list.
 
         Returns
         -------
         list of Results, or a generator of them
         """
-        results = self._results(_inputs(source), self.predictor(), batch_size)
+        from .deploy.nms import NMSOptions
+        from .deploy.views import TTA, Slicing, ViewOptions, wrap
+        options = dict(conf=conf, iou=iou, max_det=max_det, agnostic=agnostic_nms,
+                       soft=soft_nms, sigma=soft_sigma)
+        nms = NMSOptions(**options) if options != _NO_NMS else None
+        views = ViewOptions(
+            Slicing(slice, slice_overlap, slice_full) if slice is not None else None,
+            (tta if isinstance(tta, TTA) else TTA()) if tta else None, max_det)
+        predictor = self.predictor(nms)
+        if isinstance(source, (list, tuple)) or not isinstance(source, (str, os.PathLike, int)):
+            if track:
+                raise ValueError('track=True follows objects through a video, camera or '
+                                 'stream, not a list of images or arrays')
+            items = list(source) if isinstance(source, (list, tuple)) else [source]
+            results = self._listed(items, wrap(predictor, views), batch_size)
+        else:
+            from .deploy.streams import open_source
+            frames = open_source(os.fspath(source) if not isinstance(source, int) else source,
+                                 vid_stride)
+            results = self._read(frames, predictor, views, batch_size, track)
         return results if stream else list(results)
 
     __call__ = predict
 
     @staticmethod
-    def _results(inputs, predictor, batch_size):
-        for item in predictor.predict(inputs, batch_size):
-            yield Results(item.source, item.index, item.image, item.detections,
-                          predictor.classes)
+    def _listed(items, predictor, batch_size):
+        size = predictor.batch_size(batch_size)
+        for start in range(0, len(items), size):
+            chunk = items[start:start + size]
+            images = [read_image(item).asnumpy() if isinstance(item, (str, os.PathLike))
+                      else item for item in chunk]
+            for i, (item, image, found) in enumerate(zip(chunk, images, predictor.detect(
+                    images, size))):
+                yield Results(os.fspath(item) if isinstance(item, (str, os.PathLike))
+                              else None, start + i, image, found, predictor.classes)
+
+    @staticmethod
+    def _read(frames, predictor, views, batch_size, track):
+        from .deploy.infer import DEFAULT_FPS, detect_frames
+        from .deploy.views import wrap
+        with frames:
+            size = predictor.batch_size(batch_size or (predictor.batch_range[0] if frames.live
+                                                       else None))
+            predictor = wrap(predictor, views, size)
+            tracker = None
+            if track:
+                from .deploy.track import ByteTrack
+                tracker = ByteTrack(frame_rate=(frames.fps or DEFAULT_FPS) / frames.stride)
+            for frame, found, ids in detect_frames(predictor, frames, size, tracker=tracker):
+                yield Results(frame.name, frame.index, frame.image, found, predictor.classes,
+                              ids, frame.time)
 
     # ------------------------------------------------------------ export
 
@@ -355,18 +420,3 @@ def data_flags(data):
     if glob.glob(os.path.join(data, 'annotations', '*.json')):
         return {'dataset': 'coco', 'dataset_root': data}
     return {'dataset': 'voc', 'dataset_root': data}
-
-
-def _inputs(source):
-    """The list of paths and arrays a source names (a glob expanded, a folder listed)."""
-    if isinstance(source, (list, tuple)):
-        return list(source)
-    if not isinstance(source, (str, os.PathLike)):
-        return [source]
-    source = os.fspath(source)
-    if glob.has_magic(source) and not os.path.exists(source):
-        paths = sorted(glob.glob(source))
-        if not paths:
-            raise FileNotFoundError('no file matches %s' % source)
-        return paths
-    return list_images(source)

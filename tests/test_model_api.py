@@ -70,8 +70,41 @@ def test_predict_files_globs_arrays_and_results(trained, kitti, tmp_path):
     assert drawn.shape == r.image.shape and (drawn != r.image).any()
     saved = r.save(str(tmp_path / 'drawn' / 'first.png'))
     assert os.path.getsize(saved) > 0
+    with pytest.raises(FileNotFoundError, match='no image files .* match'):
+        d.predict(str(tmp_path / '*.jpg'))
     streamed = d.predict(folder, stream=True)
     assert not isinstance(streamed, list) and len(list(streamed)) == len(names)
+
+
+def test_predict_a_video_with_tracking_nms_options_and_slicing(trained, kitti, tmp_path):
+    import cv2
+    from gluondet.deploy.nms import NMSOptions
+    from gluondet.deploy.views import Slicing, ViewOptions, wrap
+    d, _, _ = trained
+    folder = os.path.join(kitti, 'val', 'image_2')
+    frames = [cv2.imread(os.path.join(folder, name)) for name in sorted(os.listdir(folder))]
+    video = str(tmp_path / 'clip.avi')
+    writer = cv2.VideoWriter(video, cv2.VideoWriter_fourcc(*'MJPG'), 10, (128, 128))
+    for frame in frames:
+        writer.write(frame)
+    writer.release()
+    results = d.predict(video, conf=0.05, max_det=5, track=True, vid_stride=2)
+    assert [r.frame for r in results] == list(range(0, len(frames), 2))
+    assert [r.time for r in results] == pytest.approx([i / 10 for i in range(0, 8, 2)])
+    assert all(len(r) <= 5 and (r.scores > 0.05).all() for r in results)
+    assert all(r.track_ids is not None and len(r.track_ids) == len(r) for r in results)
+    assert results[0].to_list()[0]['track_id'] >= -1
+    # the same as the predictor with those options, on the decoded frames
+    nms = NMSOptions(conf=0.05, max_det=5)
+    expected = d.predictor(nms).detect([r.image for r in results])
+    for r, found in zip(results, expected):
+        np.testing.assert_array_equal(r.boxes, found.boxes)
+    sliced = d.predict(results[0].image, slice=64, slice_overlap=0.25)
+    views = wrap(d.predictor(), ViewOptions(Slicing(64, 0.25), None, None))
+    (found,) = views.detect([results[0].image])
+    np.testing.assert_array_equal(sliced[0].boxes, found.boxes)
+    with pytest.raises(ValueError, match='not a list of images'):
+        d.predict([results[0].image], track=True)
 
 
 def test_export_onnx_then_the_exported_model_predicts_the_same(trained, kitti):
@@ -97,8 +130,6 @@ def test_mistakes_get_one_clear_error(tmp_path):
         d.val()
     with pytest.raises(FileNotFoundError, match='no dataset folder'):
         d.train(data=str(tmp_path / 'missing'))
-    with pytest.raises(FileNotFoundError, match='no file matches'):
-        d.predict(str(tmp_path / '*.jpg'))
 
 
 def test_data_flags_recognize_the_layouts(tmp_path, kitti):

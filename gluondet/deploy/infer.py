@@ -58,8 +58,8 @@ from .predictor import Detections, Predictor
 from .streams import open_source
 from .views import wrap
 
-__all__ = ['infer', 'coco_results', 'kitti_lines', 'json_line', 'Stop', 'stop_signals',
-           'VIDEO_FOURCC']
+__all__ = ['infer', 'detect_frames', 'coco_results', 'kitti_lines', 'json_line', 'Stop',
+           'stop_signals', 'VIDEO_FOURCC']
 
 VIDEO_FOURCC = {'.mp4': 'mp4v', '.avi': 'MJPG'}
 DEFAULT_FPS = 30.0      # of a saved video, and the tracker's, when the source does not say
@@ -390,21 +390,49 @@ def infer(model, source=None, output=None, backend=None, params=None, pretrained
     return _report(frames, predictor, outputs, files, seconds, stop.signum)
 
 
+def detect_frames(predictor, frames, size, stop=None, tracker=None, min_score=None):
+    """The detections of a source's frames, run in batches of ``size``, in order.
+
+    Parameters
+    ----------
+    predictor : Predictor or ViewPredictor
+    frames : Source
+        Of :func:`~gluondet.deploy.streams.open_source`.
+    size : int
+        The batch.
+    stop : Stop, optional
+        A stop signal ends the reading after the frames read so far.
+    tracker : ByteTrack, optional
+        Gives each detection a track id (before ``min_score``, which the tracker's second
+        association needs).
+    min_score : float, optional
+        Leave detections scoring under it out.
+
+    Yields
+    ------
+    (Frame, Detections, numpy.ndarray or None)
+        The frame, its detections and their track ids.
+    """
+    for batch in _batches(frames, size, stop or Stop()):
+        found = predictor.detect([frame.image for frame in batch], size)
+        for frame, detections in zip(batch, found):
+            ids = None if tracker is None else tracker.update(detections)
+            if min_score is not None:
+                keep = detections.scores >= min_score
+                detections = Detections(*(part[keep] for part in detections))
+                ids = None if ids is None else ids[keep]
+            yield frame, detections, ids
+
+
 def _detect(predictor, frames, size, stop, tracker, min_score, outputs, progress):
     """Detect in batches of ``size`` frames until the source ends or ``stop``; track; write."""
     skipped = 0
     with tqdm(total=frames.length, disable=not progress, desc='detect (%s)' % predictor.backend,
               unit='image' if frames.kind == 'images' else 'frame') as bar:
-        for batch in _batches(frames, size, stop):
-            found = predictor.detect([frame.image for frame in batch], size)
-            for frame, detections in zip(batch, found):
-                ids = None if tracker is None else tracker.update(detections)
-                if min_score is not None:
-                    keep = detections.scores >= min_score
-                    detections = Detections(*(part[keep] for part in detections))
-                    ids = None if ids is None else ids[keep]
-                outputs.write(frame, detections, ids)
-            bar.update(len(batch) + len(frames.skipped) - skipped)
+        for frame, detections, ids in detect_frames(predictor, frames, size, stop, tracker,
+                                                    min_score):
+            outputs.write(frame, detections, ids)
+            bar.update(1 + len(frames.skipped) - skipped)
             skipped = len(frames.skipped)
 
 
