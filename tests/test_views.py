@@ -120,8 +120,10 @@ def test_a_box_joins_the_cluster_it_overlaps_most():
                                               (0.8 * 18 + 0.7 * 16) / 1.5, 10],
                                              [0, 0, 10, 10]], rtol=1e-6)
     fused = fuse_boxes([dets([[0, 0.9, 0, 0, 10, 10]]), dets([[0, 0.9, 0, 0, 10, 10],
-                                                              [0, 0.5, 20, 0, 30, 10]])])
-    np.testing.assert_allclose(fused.scores, [0.9, 0.25])
+                                                              [0, 0.5, 20, 0, 30, 10],
+                                                              [0, 0, 40, 0, 50, 10]])])
+    np.testing.assert_allclose(fused.scores, [0.9, 0.25])     # a score of 0 is left out
+    assert len(fuse_boxes([dets([]), dets([])]).ids) == 0
 
 
 def test_nms_merge_is_class_wise():

@@ -215,7 +215,7 @@ def fuse_boxes(detections, iou=0.55):
     views = len(detections)
     fused = []
     for cls in np.unique(pooled.ids):
-        mine = pooled.ids == cls
+        mine = (pooled.ids == cls) & (pooled.scores > 0)    # a weight of 0 fuses nothing
         boxes, scores = pooled.boxes[mine], pooled.scores[mine]
         sums = np.zeros((0, 4), np.float64)     # score-weighted coordinate sums
         weights, counts = [], []
