@@ -179,6 +179,10 @@ def test_tiles_map_back_exactly(detector):
     with_full = ViewPredictor(predictor, Slicing((height, width), overlap=0, full=True))
     assert len(with_full.windows(2 * height, 2 * width)) == 5
     assert with_full.windows(height, width) == [(0, 0, width, height)]   # not twice
+    # an image no larger than a tile: the predictor's own detections
+    for a, b in zip(with_full.detect([image], batch_size=1)[0],
+                    predictor.detect([image], batch_size=1)[0]):
+        np.testing.assert_array_equal(a, b)
 
 
 def test_mirrored_view_maps_back_to_the_mirror_on_a_symmetric_image(trained_model, bccd_image):

@@ -356,7 +356,7 @@ class ViewPredictor:
             merged = [views[0] if len(views) == 1 else
                       fuse_boxes(views, self.tta.iou) if self.tta.merge == 'wbf'
                       else merge_nms(views, self.tta.iou) for views in found]
-            if self.slice is not None:
+            if len(windows) > 1:    # one tile (a small image): the predictor's detections
                 merged = [_merge_tiles(merged, windows, *image.shape[:2], self.slice.iou)]
             results.append(_best_first(merged[0], self.max_det))
         return results
