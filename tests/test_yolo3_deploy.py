@@ -202,11 +202,10 @@ def test_a_tensorrt_engine_detects_as_the_network(trained, tmp_path, monkeypatch
     the profile ``build_engine`` would give it): the TensorRT runner and the Predictor around
     it give the Gluon network's detections, and ``gluondet evaluate`` its mAP."""
     import tensorrt_stand_in
-    from test_deploy_clipping import stand_in_engine
     params, metrics, voc, small, _ = trained
     onnx_path = str(tmp_path / 'yolo3.onnx')
     assert main(['export', '--network', params, '-o', onnx_path, '--batch-size', '2']) == 0
-    engine = stand_in_engine(onnx_path)
+    engine = tensorrt_stand_in.engine_beside(onnx_path)
     tensorrt_stand_in.install(monkeypatch)
     predictor = Predictor.from_model(engine)
     assert predictor.backend == 'tensorrt' and predictor.classes == BCCD_CLASSES
