@@ -377,7 +377,7 @@ class Detector:
 
         Parameters
         ----------
-        format : {'onnx', 'symbol', 'tensorrt'}
+        format : {'onnx', 'openvino', 'tensorrt', 'symbol'}
         output : str, optional
             Default: beside a ``.params`` (its stem), else ``{zoo name}`` in the current
             folder, with the format's extension (a symbol: the prefix).
@@ -391,13 +391,12 @@ class Detector:
             stem = (os.path.splitext(self.model)[0] if self.model.lower().endswith('.params')
                     else self.model)
             output = stem + EXPORT_EXTENSIONS.get(format, '')
-        files = export_model(self.model, output, format, params=self.params,
-                             pretrained=self.pretrained, classes=self.classes,
-                             data_shape=self.data_shape, verbose=False, **options)
-        return output if format != 'tensorrt' else files[1]
+        export_model(self.model, output, format, params=self.params, pretrained=self.pretrained,
+                     classes=self.classes, data_shape=self.data_shape, verbose=False, **options)
+        return output
 
 
-EXPORT_EXTENSIONS = {'onnx': '.onnx', 'tensorrt': '.engine', 'symbol': ''}
+EXPORT_EXTENSIONS = {'onnx': '.onnx', 'tensorrt': '.engine', 'openvino': '.xml', 'symbol': ''}
 _DATA_KEYS = ('dataset', 'dataset_root', 'classes', 'class_mapping', 'image_root',
               'val_split', 'val_json', 'val_rec')
 

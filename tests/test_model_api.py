@@ -118,6 +118,10 @@ def test_export_onnx_then_the_exported_model_predicts_the_same(trained, kitti):
     assert onnx.names == gluon.names
     np.testing.assert_array_equal(onnx.class_ids, gluon.class_ids)
     np.testing.assert_allclose(onnx.boxes, gluon.boxes, atol=1e-3)
+    ir = d.export('openvino', dynamic_batch=True)
+    assert ir.endswith('_best.xml') and os.path.isfile(ir)
+    (openvino,) = Detector(ir).predict(image)
+    np.testing.assert_allclose(openvino.boxes, onnx.boxes, atol=5e-3)
     with pytest.raises(ValueError, match='only a zoo name or a training output .params trains'):
         Detector(path).train(data=kitti)
 
