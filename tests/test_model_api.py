@@ -146,3 +146,27 @@ def test_data_flags_recognize_the_layouts(tmp_path, kitti):
     assert data_flags(str(tmp_path / 'voc')) == {'dataset': 'voc',
                                                  'dataset_root': str(tmp_path / 'voc')}
     assert data_flags({'dataset': 'coco', 'train_json': 'a.json'})['train_json'] == 'a.json'
+
+
+@pytest.mark.slow(minutes=1.5)
+def test_the_quickstart_of_docs_python_md_runs_as_written(tmp_path):
+    """The page's python block, run in a fresh folder as a user would (python file.py)."""
+    import re
+    import subprocess
+    import sys
+    page = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'docs',
+                        'python.md')
+    with open(page) as f:
+        (code,) = re.findall(r'```python\n(.*?)```', f.read(), re.S)
+    (tmp_path / 'quickstart.py').write_text(code)
+    run = subprocess.run([sys.executable, 'quickstart.py'], cwd=str(tmp_path),
+                         capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    out = run.stdout
+    assert 'runs/demo/ssd_160_mobilenet0.5_custom_best.params' in out
+    assert re.search(r'^mAP [0-9.]+$', out, re.M)
+    assert re.search(r'^\d+ detections from ONNX Runtime$', out, re.M)
+    assert (tmp_path / 'runs' / 'demo' / 'drawn.jpg').stat().st_size > 0
+    assert (tmp_path / 'runs' / 'demo' / 'ssd_160_mobilenet0.5_custom_best.onnx').is_file()
+    tracked = re.findall(r'^(\d+) ([0-9.]+) \[', out, re.M)
+    assert [int(frame) for frame, _ in tracked] == list(range(8))
