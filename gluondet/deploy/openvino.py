@@ -43,8 +43,8 @@ def weights_path(xml):
 def _read_model(ov, core, path):
     """The ``ov.Model`` of an IR or an ONNX model, or FileNotFoundError naming a missing file.
 
-    An ONNX model goes through ``ov.convert_model``, as for an IR: ``core.read_model`` of an
-    int8 QDQ model gave other scores (an SSD's BCCD test mAP 0.33 instead of ONNX Runtime's
+    An ONNX model goes through ``ov.convert_model``, as :func:`save_openvino` converts it:
+    ``core.read_model`` of an int8 QDQ model gave other scores (an SSD's BCCD test mAP 0.33 instead of ONNX Runtime's
     0.82; converted, 0.82).
     """
     ir = path.lower().endswith(IR_EXTENSION)
@@ -129,7 +129,7 @@ def save_openvino(onnx_path, output):
     Returns
     -------
     list of str
-        ``[output, its .bin]``.
+        ``[the .bin, output]``.
     """
     ov = require_openvino()
     model = ov.convert_model(onnx_path)
