@@ -12,6 +12,7 @@ import sys
 from . import detectors
 from .dataset_flags import add_dataset_args, dataset_kwargs
 from .errors import ArgumentParser, UserError, add_debug_flag, run_main
+from .inference_flags import add_nms_arguments, add_view_arguments
 
 
 def _demo_arguments(parser):
@@ -182,9 +183,7 @@ def _infer_arguments(parser):
     add('--reconnect', type=_at_least(0), default=3, metavar='N',
         help='a camera or stream that drops is opened again up to N times in a row, 1, 2, '
              '4 ... (at most 30) seconds apart, before it counts as ended (default 3)')
-    from .deploy.nms import add_nms_arguments
     add_nms_arguments(parser)
-    from .deploy.views import add_view_arguments
     add_view_arguments(parser)
     parser.epilog = ('Ctrl-C (SIGINT) or SIGTERM stops the reading: the frames read are '
                      'finished, and the JSON lines, video and labels are closed whole.')
@@ -221,9 +220,7 @@ def _evaluate_arguments(parser):
              '(classes and background, at the IoU of the evaluation) and ap_per_class.png')
     add('--confusion-score', type=float, default=0.25, metavar='SCORE',
         help='least score of a detection counted in confusion_matrix.png (default 0.25)')
-    from .deploy.nms import add_nms_arguments
     add_nms_arguments(parser)
-    from .deploy.views import add_view_arguments
     add_view_arguments(parser)
     from .tools import spec_cli
     spec_cli.add_spec_arguments(parser)
@@ -238,9 +235,9 @@ def _evaluate(args):
         raise UserError('give --dataset (or -e SPEC)')
     if args.key:
         print('gluondet evaluate: -k: ignored', file=sys.stderr)
+    from .deploy.nms import nms_options
     from .deploy.views import view_options
     views = view_options(args)
-    from .deploy.nms import nms_options
     nms = nms_options(args)
     data = dataset_kwargs(args, 'val')
     infer.evaluate_model(
@@ -365,7 +362,6 @@ def _benchmark_arguments(parser):
     add('--seconds', type=float, help='stop timing a batch size after this long')
     add('--output', help='also write the results as json (per batch size latency mean, p50, '
                          'p90, p99 in ms and images/s; the machine and versions)')
-    from .deploy.nms import add_nms_arguments
     add_nms_arguments(parser)
     parser.epilog = ('Timed: the network forward with its box decoding and NMS on a '
                      'preprocessed batch, until the outputs are in host memory, then the '

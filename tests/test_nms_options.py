@@ -13,8 +13,8 @@ from gluondet.bbox import bbox_nms
 from gluondet.cli import main
 from gluondet.deploy import Predictor, detecting_random_weights
 from gluondet.deploy.networks import apply_nms
-from gluondet.deploy.nms import (HostNMS, NMSOptions, add_nms_arguments, nms_keep,
-                                 nms_options, soft_nms_keep)
+from gluondet.deploy.nms import HostNMS, NMSOptions, nms_keep, nms_options, soft_nms_keep
+from gluondet.inference_flags import add_nms_arguments
 from gluondet.model_zoo import get_model
 
 pytest.importorskip('onnxruntime')

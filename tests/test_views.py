@@ -72,7 +72,7 @@ def test_bad_settings_say_what_is_wrong():
     (['--slice-overlap', '0.3'], '--slice-overlap needs --slice'),
     (['--tta-merge', 'nms'], '--tta-merge needs --tta'),
     (['--slice', '640x'], "argument --slice: expected a tile size S or HxW, got '640x'"),
-    (['--tta', '--tta-scales', '1,0'], 'argument --tta-scales: TTA scales must be')])
+    (['--tta', '--tta-scales', '1,0'], 'TTA scales must be distinct numbers in')])
 def test_evaluate_refuses_bad_view_flags_in_one_line(argv, message, capsys, tmp_path):
     try:
         code = main(['evaluate', '-m', str(tmp_path / 'm.onnx'), '--dataset', 'demo'] + argv)

@@ -27,10 +27,10 @@ import numbers
 import mxnet as mx
 import numpy as np
 
-__all__ = ['NMSOptions', 'HostNMS', 'SOFT_METHODS', 'add_nms_arguments', 'configure_network',
-           'export_plan', 'nms_keep', 'nms_options', 'soft_nms_keep']
+from ..inference_flags import SOFT_METHODS
 
-SOFT_METHODS = ('gaussian', 'linear')
+__all__ = ['NMSOptions', 'HostNMS', 'SOFT_METHODS', 'configure_network', 'export_plan',
+           'nms_keep', 'nms_options', 'soft_nms_keep']
 
 
 def _check(value, flag, low, high=None, integer=False, closed=False):
@@ -321,27 +321,6 @@ def export_plan(options, meta, source):
         return None
     return HostNMS(-np.inf if options.conf is None else options.conf,
                    options.max_det or -1, nms=False)
-
-
-# ---------------------------------------------------------------- flags
-
-def add_nms_arguments(parser):
-    """``--conf --iou --max-det --agnostic-nms --soft-nms {gaussian,linear} --soft-sigma``."""
-    group = parser.add_argument_group(
-        'NMS options', "default: the model's own NMS; an exported model with NMS inside takes "
-                       'only a stricter --conf and --max-det (export with --no-nms for the rest)')
-    add = group.add_argument
-    add('--conf', type=float, metavar='SCORE',
-        help="drop detections scoring at most SCORE (default: the model's score threshold)")
-    add('--iou', type=float, help="NMS IoU threshold (default: the model's)")
-    add('--max-det', type=int, metavar='N', help="detections kept per image (default: the "
-                                                 "model's)")
-    add('--agnostic-nms', action='store_true', help='suppress overlapping boxes of any class')
-    add('--soft-nms', choices=SOFT_METHODS,
-        help='soft NMS: lower the scores of overlapping boxes (Bodla et al. 2017) instead of '
-             'removing them; linear decays from --iou')
-    add('--soft-sigma', type=float, default=0.5, metavar='SIGMA',
-        help='sigma of the Gaussian soft NMS, score * exp(-iou^2 / sigma) (default 0.5)')
 
 
 def nms_options(args):

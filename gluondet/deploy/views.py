@@ -28,22 +28,21 @@ With both, each tile's TTA views are fused first, then the tiles are merged. The
 of a call's images run through the predictor in batches of ``batch_size``. At most
 ``max_det`` detections of an image are kept, best first.
 """
-import argparse
 import collections
 import numbers
 import os
-import re
 
 import numpy as np
 
 from ..bbox import bbox_iou
 from ..data import transforms as T
 from ..data.base import empty_label
+from ..inference_flags import TTA_SCALES
 from .nms import nms_keep
 from .predictor import Detections, Predictions, _as_image, clip_boxes
 
-__all__ = ['Slicing', 'TTA', 'ViewOptions', 'ViewPredictor', 'add_view_arguments', 'fuse_boxes',
-           'merge_nms', 'tile_windows', 'view_options', 'wrap']
+__all__ = ['Slicing', 'TTA', 'ViewOptions', 'ViewPredictor', 'fuse_boxes', 'merge_nms',
+           'tile_windows', 'view_options', 'wrap']
 
 EDGE_MARGIN = 0.01      # of a tile's side: a box this near an inner edge is cut by it
 COVERED = 0.5           # share of a cut box inside a whole one that makes it a duplicate
@@ -64,7 +63,7 @@ class TTA(collections.namedtuple('TTA', ['scales', 'flip', 'merge', 'iou'])):
     """Views shrunk by each of ``scales`` (in (0, 1]), each also mirrored if ``flip``, merged
     by ``merge`` ('wbf' or 'nms') at ``iou``."""
 
-    def __new__(cls, scales=(1, 0.83, 0.67), flip=True, merge='wbf', iou=0.55):
+    def __new__(cls, scales=TTA_SCALES, flip=True, merge='wbf', iou=0.55):
         scales = tuple(float(s) for s in scales)
         if not scales or not all(0 < s <= 1 for s in scales) or len(set(scales)) < len(scales):
             raise ValueError('TTA scales must be distinct numbers in (0, 1] (1: the image as '
@@ -399,65 +398,6 @@ def wrap(predictor, options, batch_size=None):
     return ViewPredictor(predictor, options.slice, options.tta, options.max_det, batch_size)
 
 
-# ---------------------------------------------------------------- flags
-
-def _slice_size(text):
-    """``--slice``: ``S`` or ``HxW`` (or ``H,W``)."""
-    match = re.fullmatch(r'\s*(\d+)\s*(?:[x,]\s*(\d+)\s*)?', text)
-    if not match or int(match.group(1)) < 1 or int(match.group(2) or 1) < 1:
-        raise argparse.ArgumentTypeError('expected a tile size S or HxW, got %r' % text)
-    height = int(match.group(1))
-    return height, int(match.group(2) or height)
-
-
-def _fraction(low_open, high_open):
-    def parse(text):
-        try:
-            value = float(text)
-        except ValueError:
-            value = float('nan')
-        if not ((low_open and value > 0 or not low_open and value >= 0)
-                and (high_open and value < 1 or not high_open and value <= 1)):
-            raise argparse.ArgumentTypeError('expected a number in %s0, 1%s, got %r'
-                                             % ('(' if low_open else '[',
-                                                ')' if high_open else ']', text))
-        return value
-    return parse
-
-
-def _scales(text):
-    try:
-        return TTA(scales=[float(v) for v in text.split(',')]).scales
-    except ValueError as err:
-        raise argparse.ArgumentTypeError(str(err)) from None
-
-
-def add_view_arguments(parser):
-    """The flags of sliced inference and test-time augmentation (see :func:`view_options`)."""
-    group = parser.add_argument_group('sliced inference and test-time augmentation')
-    add = group.add_argument
-    add('--slice', type=_slice_size, metavar='S|HxW',
-        help='detect in tiles of S x S (or H x W) original pixels covering each image, merged '
-             'by NMS: small objects in large images (tile: about the size of the images the '
-             'model was trained on)')
-    add('--slice-overlap', type=_fraction(False, True), default=0.2, metavar='F',
-        help="overlap of neighbouring tiles, as a share of a tile's side (default 0.2)")
-    add('--slice-full', action='store_true',
-        help='also detect in the whole image (for objects larger than a tile)')
-    add('--slice-iou', type=_fraction(True, False), default=0.5, metavar='IOU',
-        help="IoU of the NMS merging the tiles' detections (default 0.5)")
-    add('--tta', action='store_true',
-        help='test-time augmentation: each image also mirrored and shrunk by --tta-scales, '
-             'the detections merged')
-    add('--tta-scales', type=_scales, default=TTA().scales, metavar='S,S,...',
-        help='--tta: scales in (0, 1] (default 1,0.83,0.67): each view shrinks the image by '
-             'one, padded to its size, each also mirrored')
-    add('--tta-merge', choices=('wbf', 'nms'), default='wbf',
-        help='--tta: weighted box fusion (default) or NMS of the views\' detections')
-    add('--tta-iou', type=_fraction(True, False), default=0.55, metavar='IOU',
-        help='--tta: IoU at which detections of the views are merged (default 0.55)')
-
-
 def view_options(args):
     """:class:`ViewOptions` of parsed :func:`add_view_arguments` flags (``max_det`` from a
     ``--max-det`` flag if the parser has one), or None if neither slicing nor TTA is asked.
@@ -468,7 +408,7 @@ def view_options(args):
         If a ``--slice-*`` or ``--tta-*`` flag is given without ``--slice`` or ``--tta``.
     """
     defaults = {'slice_overlap': 0.2, 'slice_full': False, 'slice_iou': 0.5,
-                'tta_scales': TTA().scales, 'tta_merge': 'wbf', 'tta_iou': 0.55}
+                'tta_scales': TTA_SCALES, 'tta_merge': 'wbf', 'tta_iou': 0.55}
     for name, default in defaults.items():
         owner = name.split('_')[0]
         if getattr(args, name) != default and not getattr(args, owner):

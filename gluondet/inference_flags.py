@@ -1,0 +1,96 @@
+"""The flags of inference's options, one spelling each: the final NMS's (``--conf --iou
+--max-det --agnostic-nms --soft-nms --soft-sigma``, :mod:`gluondet.deploy.nms`), sliced
+inference's and test-time augmentation's (``--slice ... --tta ...``,
+:mod:`gluondet.deploy.views`). ``gluondet infer``, ``evaluate`` and ``benchmark`` add them with
+`add_nms_arguments` and `add_view_arguments`, and read them with
+:func:`gluondet.deploy.nms.nms_options` and :func:`gluondet.deploy.views.view_options`. Like
+:mod:`gluondet.dataset_flags`, it imports nothing heavy (``gluondet --help`` stays fast).
+"""
+import argparse
+import re
+
+__all__ = ['SOFT_METHODS', 'TTA_SCALES', 'add_nms_arguments', 'add_view_arguments']
+
+SOFT_METHODS = ('gaussian', 'linear')
+TTA_SCALES = (1.0, 0.83, 0.67)      # Ultralytics' TTA scales
+
+
+# ---------------------------------------------------------------- NMS
+
+def add_nms_arguments(parser):
+    """``--conf --iou --max-det --agnostic-nms --soft-nms {gaussian,linear} --soft-sigma``."""
+    group = parser.add_argument_group(
+        'NMS options', "default: the model's own NMS; an exported model with NMS inside takes "
+                       'only a stricter --conf and --max-det (export with --no-nms for the rest)')
+    add = group.add_argument
+    add('--conf', type=float, metavar='SCORE',
+        help="drop detections scoring at most SCORE (default: the model's score threshold)")
+    add('--iou', type=float, help="NMS IoU threshold (default: the model's)")
+    add('--max-det', type=int, metavar='N', help="detections kept per image (default: the "
+                                                 "model's)")
+    add('--agnostic-nms', action='store_true', help='suppress overlapping boxes of any class')
+    add('--soft-nms', choices=SOFT_METHODS,
+        help='soft NMS: lower the scores of overlapping boxes (Bodla et al. 2017) instead of '
+             'removing them; linear decays from --iou')
+    add('--soft-sigma', type=float, default=0.5, metavar='SIGMA',
+        help='sigma of the Gaussian soft NMS, score * exp(-iou^2 / sigma) (default 0.5)')
+
+
+
+# ---------------------------------------------------------------- views
+
+def _slice_size(text):
+    """``--slice``: ``S`` or ``HxW`` (or ``H,W``)."""
+    match = re.fullmatch(r'\s*(\d+)\s*(?:[x,]\s*(\d+)\s*)?', text)
+    if not match or int(match.group(1)) < 1 or int(match.group(2) or 1) < 1:
+        raise argparse.ArgumentTypeError('expected a tile size S or HxW, got %r' % text)
+    height = int(match.group(1))
+    return height, int(match.group(2) or height)
+
+
+def _fraction(low_open, high_open):
+    def parse(text):
+        try:
+            value = float(text)
+        except ValueError:
+            value = float('nan')
+        if not ((low_open and value > 0 or not low_open and value >= 0)
+                and (high_open and value < 1 or not high_open and value <= 1)):
+            raise argparse.ArgumentTypeError('expected a number in %s0, 1%s, got %r'
+                                             % ('(' if low_open else '[',
+                                                ')' if high_open else ']', text))
+        return value
+    return parse
+
+
+def _scales(text):
+    try:
+        return tuple(float(v) for v in text.split(','))
+    except ValueError:
+        raise argparse.ArgumentTypeError('expected numbers S,S,..., got %r' % text) from None
+
+
+def add_view_arguments(parser):
+    """The flags of sliced inference and test-time augmentation (see :func:`view_options`)."""
+    group = parser.add_argument_group('sliced inference and test-time augmentation')
+    add = group.add_argument
+    add('--slice', type=_slice_size, metavar='S|HxW',
+        help='detect in tiles of S x S (or H x W) original pixels covering each image, merged '
+             'by NMS: small objects in large images (tile: about the size of the images the '
+             'model was trained on)')
+    add('--slice-overlap', type=_fraction(False, True), default=0.2, metavar='F',
+        help="overlap of neighbouring tiles, as a share of a tile's side (default 0.2)")
+    add('--slice-full', action='store_true',
+        help='also detect in the whole image (for objects larger than a tile)')
+    add('--slice-iou', type=_fraction(True, False), default=0.5, metavar='IOU',
+        help="IoU of the NMS merging the tiles' detections (default 0.5)")
+    add('--tta', action='store_true',
+        help='test-time augmentation: each image also mirrored and shrunk by --tta-scales, '
+             'the detections merged')
+    add('--tta-scales', type=_scales, default=TTA_SCALES, metavar='S,S,...',
+        help='--tta: scales in (0, 1] (default 1,0.83,0.67): each view shrinks the image by '
+             'one, padded to its size, each also mirrored')
+    add('--tta-merge', choices=('wbf', 'nms'), default='wbf',
+        help='--tta: weighted box fusion (default) or NMS of the views\' detections')
+    add('--tta-iou', type=_fraction(True, False), default=0.55, metavar='IOU',
+        help='--tta: IoU at which detections of the views are merged (default 0.55)')
