@@ -27,3 +27,18 @@ def test_console_script_is_installed():
 def test_unknown_command_is_a_usage_error():
     out = run(sys.executable, '-m', 'gluondet', 'fly')
     assert out.returncode == 2 and 'invalid choice' in out.stderr
+
+
+def test_help_imports_no_mxnet():
+    """Every command's --help is built from light modules (the flags' own: dataset_flags,
+    inference_flags); MXNet is imported when a command runs."""
+    code = ('import sys\nfrom gluondet import cli\n'
+            'for command in [name for name, *_ in cli.COMMANDS]:\n'
+            '    try:\n'
+            '        cli.main([command, "--help"])\n'
+            '    except SystemExit:\n'
+            '        pass\n'
+            'print(sorted(m for m in ("mxnet", "onnx", "cv2") if m in sys.modules))')
+    out = run(sys.executable, '-c', code)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == '[]'
