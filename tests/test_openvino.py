@@ -203,7 +203,6 @@ def calibration(bccd_root, tmp_path_factory):
     return str(folder)
 
 
-@pytest.mark.slow(minutes=0.5)
 @pytest.mark.parametrize('name', ['ssd', 'yolo3'])
 def test_int8_models_run_on_openvino(name, photos, calibration, tmp_path):
     """ONNX Runtime's int8 QDQ model runs on OpenVINO (its int8 kernels), as a .onnx and as
