@@ -102,12 +102,14 @@ def test_written_pages_are_whole_and_check_passes(tmp_path, capsys):
 # --- the commands written in the pages ---
 
 def _commands(path):
-    """``(line number, argv)`` of each shell command in the page's code blocks."""
-    found, block, start, pending = [], False, 0, ''
+    """``(line number, argv)`` of each shell command in the page's code blocks (not those of
+    another language: ```python)."""
+    found, fence, block, start, pending = [], False, False, 0, ''
     with open(path, encoding='utf-8') as f:
         for number, line in enumerate(f, 1):
             if line.lstrip().startswith('```'):
-                block, pending = not block, ''
+                fence, pending = not fence, ''
+                block = fence and line.strip()[3:] in ('', 'sh', 'bash', 'shell')
                 continue
             if not block:
                 continue
