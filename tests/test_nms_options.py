@@ -1,8 +1,9 @@
 """NMS options (gluondet.deploy.nms): soft NMS by hand, class-agnostic NMS, conf and max_det;
 ``export --no-nms`` equal to the export with NMS for every detector (ONNX Runtime); the
 MXNet backend's agnostic and soft NMS equal to those of the --no-nms export (ONNX Runtime,
-and TensorRT's runner on a stand-in engine); refusals."""
+and TensorRT's runner on a stand-in engine, and OpenVINO); refusals."""
 import argparse
+import importlib.util
 import math
 
 import mxnet as mx
@@ -210,6 +211,9 @@ def test_mxnet_agnostic_and_soft_nms_equal_those_of_the_no_nms_export(tmp_path, 
         exported = _detections(Predictor.from_model(path, nms=options), x)
         _assert_same(found, exported, exact=False)
         _assert_same(_detections(Predictor.from_model(engine, nms=options), x), exported)
+        if importlib.util.find_spec('openvino'):    # the candidates on OpenVINO too
+            _assert_same(_detections(Predictor.from_model(path, 'openvino', nms=options), x),
+                         exported, exact=False)
         assert [len(f[0]) for f in found] != [len(d[0]) for d in default] or any(
             not np.array_equal(f[1], d[1]) for f, d in zip(found, default))
     # class-agnostic: the reference is box_nms over all classes of the candidates

@@ -60,15 +60,16 @@ def _check_export(fmt, output, batch_size, dynamic_batch, precision, calibration
     images, batches, cache, method = calibration
     calibrating = any(v is not None for v in (images, batches, cache))
     if fmt == 'symbol' and (precision is not None or calibrating):
-        raise ValueError('precision and calibration settings are for the onnx and tensorrt formats')
+        raise ValueError('precision and calibration settings are for the onnx, openvino and '
+                         'tensorrt formats')
     if fmt in ('onnx', 'openvino') and precision == 'fp16':
         raise ValueError('fp16 is for the tensorrt format: ONNX Runtime on the CPU has no fp16 '
                          'kernels (onnx and openvino take fp32 or int8)')
     if precision != 'int8' and (calibrating or method is not None):
         raise ValueError('calibration settings are for int8 precision')
     if fmt == 'tensorrt' and method is not None:
-        raise ValueError('the calibration method is for the onnx format: TensorRT uses its '
-                         'entropy calibrator')
+        raise ValueError('the calibration method is for the onnx and openvino formats: '
+                         'TensorRT uses its entropy calibrator')
 
 
 def export_model(network, output, fmt='onnx', params=None, pretrained=False, classes=None,
