@@ -342,14 +342,15 @@ def test_two_builds_installed_are_named_with_the_fix(fake_site, tmp_path):
 
 def _project(tmp_path, package=False):
     """A copy of what setup.py packages (`package`: the whole package, else its
-    ``__init__.py``, enough to resolve the requirements)."""
+    ``__init__.py`` and ``version.py``, enough to resolve the requirements)."""
     project = tmp_path / 'project'
     if package:
         shutil.copytree(os.path.join(ROOT, 'gluondet'), str(project / 'gluondet'),
                         ignore=shutil.ignore_patterns('__pycache__'))
     else:
         (project / 'gluondet').mkdir(parents=True)
-        shutil.copy(os.path.join(ROOT, 'gluondet', '__init__.py'), str(project / 'gluondet'))
+        for name in ('__init__.py', 'version.py'):
+            shutil.copy(os.path.join(ROOT, 'gluondet', name), str(project / 'gluondet'))
     for name in ('setup.py', 'README.md'):
         shutil.copy(os.path.join(ROOT, name), str(project / name))
     return project
