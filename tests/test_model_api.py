@@ -168,5 +168,5 @@ def test_the_quickstart_of_docs_python_md_runs_as_written(tmp_path):
     assert re.search(r'^\d+ detections from ONNX Runtime$', out, re.M)
     assert (tmp_path / 'runs' / 'demo' / 'drawn.jpg').stat().st_size > 0
     assert (tmp_path / 'runs' / 'demo' / 'ssd_160_mobilenet0.5_custom_best.onnx').is_file()
-    tracked = re.findall(r'^(\d+) ([0-9.]+) \[', out, re.M)
-    assert [int(frame) for frame, _ in tracked] == list(range(8))
+    frames = re.findall(r'^frame (\d+) at ([0-9.]+) s: \d+ detections, tracks \[', out, re.M)
+    assert [(int(f), float(t)) for f, t in frames] == [(i, i / 10) for i in range(8)]
