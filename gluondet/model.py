@@ -356,16 +356,9 @@ class Detector:
 
     @staticmethod
     def _read(frames, predictor, views, batch_size, track):
-        from .deploy.infer import DEFAULT_FPS, detect_frames
-        from .deploy.views import wrap
+        from .deploy.infer import detect_frames, frame_setup
         with frames:
-            size = predictor.batch_size(batch_size or (predictor.batch_range[0] if frames.live
-                                                       else None))
-            predictor = wrap(predictor, views, size)
-            tracker = None
-            if track:
-                from .deploy.track import ByteTrack
-                tracker = ByteTrack(frame_rate=(frames.fps or DEFAULT_FPS) / frames.stride)
+            predictor, size, tracker = frame_setup(predictor, frames, views, batch_size, track)
             for frame, found, ids in detect_frames(predictor, frames, size, tracker=tracker):
                 yield Results(frame.name, frame.index, frame.image, found, predictor.classes,
                               ids, frame.time)

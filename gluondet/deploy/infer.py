@@ -58,8 +58,8 @@ from .predictor import Detections, Predictor
 from .streams import open_source
 from .views import wrap
 
-__all__ = ['infer', 'detect_frames', 'coco_results', 'kitti_lines', 'json_line', 'Stop',
-           'stop_signals', 'VIDEO_FOURCC']
+__all__ = ['infer', 'frame_setup', 'detect_frames', 'coco_results', 'kitti_lines', 'json_line',
+           'Stop', 'stop_signals', 'VIDEO_FOURCC']
 
 VIDEO_FOURCC = {'.mp4': 'mp4v', '.avi': 'MJPG'}
 DEFAULT_FPS = 30.0      # of a saved video, and the tracker's, when the source does not say
@@ -371,23 +371,35 @@ def infer(model, source=None, output=None, backend=None, params=None, pretrained
         output = _check_outputs(frames, output, save_video)
         if kitti_labels and frames.kind == 'images':
             check_unique_stems(frames.paths)
-        size = predictor.batch_size(batch_size or (predictor.batch_range[0] if frames.live
-                                                   else None))
-        tracker = None
-        if track:
-            from .track import ByteTrack
-            tracker = ByteTrack(frame_rate=(frames.fps or DEFAULT_FPS) / frames.stride)
+        viewed, size, tracker = frame_setup(predictor, frames, views, batch_size, track)
         outputs = _Outputs(frames, predictor.classes, output, kitti_labels, visualize,
                            save_video, threshold)
         start = time.monotonic()
         try:
             with stop_signals(stop):
-                _detect(wrap(predictor, views, size), frames, size, stop, tracker, min_score,
+                _detect(viewed, frames, size, stop, tracker, min_score,
                         outputs, progress)
         finally:
             files = outputs.close()
         seconds = time.monotonic() - start
     return _report(frames, predictor, outputs, files, seconds, stop.signum)
+
+
+def frame_setup(predictor, frames, views=None, batch_size=None, track=False):
+    """What reading ``frames`` with ``predictor`` takes: ``(predictor on the views, batch,
+    tracker or None)``.
+
+    A live source's default batch is the least the model takes (no frame waits for others);
+    the tracker (:class:`~gluondet.deploy.track.ByteTrack`, with ``track``) runs at the
+    source's frame rate divided by its stride.
+    """
+    size = predictor.batch_size(batch_size or (predictor.batch_range[0] if frames.live
+                                               else None))
+    tracker = None
+    if track:
+        from .track import ByteTrack
+        tracker = ByteTrack(frame_rate=(frames.fps or DEFAULT_FPS) / frames.stride)
+    return wrap(predictor, views, size), size, tracker
 
 
 def detect_frames(predictor, frames, size, stop=None, tracker=None, min_score=None):
