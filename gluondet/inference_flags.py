@@ -9,10 +9,15 @@ inference's and test-time augmentation's (``--slice ... --tta ...``,
 import argparse
 import re
 
-__all__ = ['SOFT_METHODS', 'TTA_SCALES', 'add_nms_arguments', 'add_view_arguments']
+__all__ = ['SOFT_METHODS', 'TTA_SCALES', 'VIEW_DEFAULTS', 'add_nms_arguments',
+           'add_view_arguments']
 
 SOFT_METHODS = ('gaussian', 'linear')
 TTA_SCALES = (1.0, 0.83, 0.67)      # Ultralytics' TTA scales
+#: The defaults of the ``--slice-*`` and ``--tta-*`` flags (a flag set otherwise needs its
+#: ``--slice`` or ``--tta``: :func:`gluondet.deploy.views.view_options`).
+VIEW_DEFAULTS = {'slice_overlap': 0.2, 'slice_full': False, 'slice_iou': 0.5,
+                 'tta_scales': TTA_SCALES, 'tta_merge': 'wbf', 'tta_iou': 0.55}
 
 
 # ---------------------------------------------------------------- NMS
@@ -78,19 +83,22 @@ def add_view_arguments(parser):
         help='detect in tiles of S x S (or H x W) original pixels covering each image, merged '
              'by NMS: small objects in large images (tile: about the size of the images the '
              'model was trained on)')
-    add('--slice-overlap', type=_fraction(False, True), default=0.2, metavar='F',
+    add('--slice-overlap', type=_fraction(False, True), default=VIEW_DEFAULTS['slice_overlap'],
+        metavar='F',
         help="overlap of neighbouring tiles, as a share of a tile's side (default 0.2)")
     add('--slice-full', action='store_true',
         help='also detect in the whole image (for objects larger than a tile)')
-    add('--slice-iou', type=_fraction(True, False), default=0.5, metavar='IOU',
+    add('--slice-iou', type=_fraction(True, False), default=VIEW_DEFAULTS['slice_iou'],
+        metavar='IOU',
         help="IoU of the NMS merging the tiles' detections (default 0.5)")
     add('--tta', action='store_true',
         help='test-time augmentation: each image also mirrored and shrunk by --tta-scales, '
              'the detections merged')
-    add('--tta-scales', type=_scales, default=TTA_SCALES, metavar='S,S,...',
+    add('--tta-scales', type=_scales, default=VIEW_DEFAULTS['tta_scales'], metavar='S,S,...',
         help='--tta: scales in (0, 1] (default 1,0.83,0.67): each view shrinks the image by '
              'one, padded to its size, each also mirrored')
-    add('--tta-merge', choices=('wbf', 'nms'), default='wbf',
+    add('--tta-merge', choices=('wbf', 'nms'), default=VIEW_DEFAULTS['tta_merge'],
         help='--tta: weighted box fusion (default) or NMS of the views\' detections')
-    add('--tta-iou', type=_fraction(True, False), default=0.55, metavar='IOU',
+    add('--tta-iou', type=_fraction(True, False), default=VIEW_DEFAULTS['tta_iou'],
+        metavar='IOU',
         help='--tta: IoU at which detections of the views are merged (default 0.55)')

@@ -37,7 +37,7 @@ import numpy as np
 from ..bbox import bbox_iou
 from ..data import transforms as T
 from ..data.base import empty_label
-from ..inference_flags import TTA_SCALES
+from ..inference_flags import TTA_SCALES, VIEW_DEFAULTS
 from .nms import nms_keep
 from .predictor import Detections, Predictions, _as_image, clip_boxes
 
@@ -407,9 +407,7 @@ def view_options(args):
     ValueError
         If a ``--slice-*`` or ``--tta-*`` flag is given without ``--slice`` or ``--tta``.
     """
-    defaults = {'slice_overlap': 0.2, 'slice_full': False, 'slice_iou': 0.5,
-                'tta_scales': TTA_SCALES, 'tta_merge': 'wbf', 'tta_iou': 0.55}
-    for name, default in defaults.items():
+    for name, default in VIEW_DEFAULTS.items():
         owner = name.split('_')[0]
         if getattr(args, name) != default and not getattr(args, owner):
             raise ValueError('--%s needs --%s' % (name.replace('_', '-'), owner))
