@@ -239,10 +239,13 @@ def _stop_a_job(tmp_path, home, launcher, argv, every_process):
 def test_horovod_ranks_stop_after_a_checkpoint(tmp_path, home, every_process):
     """horovodrun starts its ranks in sessions of their own: a group's SIGTERM reaches it,
     and it passes the signal on; systemd and Slurm signal every process. horovodrun then
-    reports the ranks' status 143 with a traceback of its own and exits 1."""
+    reports the ranks' status 143 with a traceback of its own and exits 1, or 0: a rank's
+    status is lost when Horovod's middleman, terminating the rank's shell, reaps it with
+    psutil before its subprocess.wait does, which then reads 0 (Horovod 0.28.1's
+    safe_shell_exec; docs/resuming.md says so)."""
     need_horovod()
     run, code = _stop_a_job(tmp_path, home, HOROVOD, ['--horovod'], every_process)
-    assert code != 0
+    assert code in (0, 1), run.output()
     if not every_process:
         return
     resumed = Run(run.folder, home, ['-j', '2', '--horovod', '--resume', 'auto'], HOROVOD)
