@@ -6,7 +6,8 @@ from .collectives import process_share
 from .nn.yolo_target import YOLOV3DynamicTarget
 
 __all__ = ['SSDMultiBoxLoss', 'FocalLoss', 'RetinaNetLoss', 'RCNNLoss', 'YOLOV3Loss',
-           'YOLOV3LossTerms', 'smooth_l1']
+           'YOLOV3LossTerms', 'CenterNetLoss', 'heatmap_focal_loss', 'masked_l1_loss',
+           'smooth_l1']
 
 
 def _as_list(x):
@@ -430,4 +431,77 @@ class YOLOV3Loss(gluon.Block):
             norm = images.as_in_context(boxes.context)
             for name, term in zip(YOLOV3_LOSS_NAMES, self.terms(*output, boxes, *target)):
                 out[name].append(nd.broadcast_div(term, norm))
+        return out
+
+
+def heatmap_focal_loss(F, pred, label, eps=1e-6):
+    r"""CenterNet's focal loss of each image's heatmap (GluonCV's ``HeatmapFocalLoss`` with
+    ``from_logits=True`` before its division): over the cells of label 1 (the peaks)
+    :math:`-(1 - p)^2 \log p`, over the others :math:`-(1 - y)^4 p^2 \log(1 - p)`.
+
+    ``pred`` (probabilities, the network clips them to ``[1e-4, 1 - 1e-4]``) is clipped to
+    ``[eps, 1 - eps]`` so that a 0 or 1 gives no infinity (a no-op on the network's outputs).
+
+    Returns ``(loss, peaks)``: each a ``B`` vector, the sums over the image's cells.
+    """
+    pred = F.clip(pred, eps, 1 - eps)
+    peaks = label == 1
+    pos = F.log(pred) * F.square(1 - pred) * peaks
+    neg = F.log(1 - pred) * F.square(pred) * F.square(F.square(1 - label)) * (label < 1)
+    return -F.sum(pos + neg, axis=0, exclude=True), F.sum(peaks, axis=0, exclude=True)
+
+
+def masked_l1_loss(F, pred, label, mask):
+    """The L1 loss of each image where ``mask`` is 1 (GluonCV's ``MaskedL1Loss`` before its
+    division): returns ``(loss, count)``, ``B`` vectors, the sum of ``|pred - label| * mask``
+    and of ``mask`` over the image's elements."""
+    loss = F.abs(F.broadcast_mul(pred - label, mask))
+    return F.sum(loss, axis=0, exclude=True), F.sum(mask, axis=0, exclude=True)
+
+
+CENTER_NET_LOSS_NAMES = ('loss_heatmap', 'loss_wh', 'loss_center')
+
+
+class CenterNetLoss(gluon.Block):
+    r"""CenterNet's three losses, as GluonCV's training: the heatmap focal loss
+    (`heatmap_focal_loss`) divided by the number of peaks, the L1 losses of the sizes and of
+    the center offsets (`masked_l1_loss`) divided by the number of mask elements (2 per
+    object), times ``wh_weight`` and ``center_reg_weight``. Each count is that of the whole
+    batch over all contexts (and processes), at least 1: on one device GluonCV's values; on
+    several, independent of how the batch is split (GluonCV divides each device's sum by its
+    own count and averages the devices).
+
+    Parameters
+    ----------
+    wh_weight : float
+        GluonCV's ``--wh-weight`` (0.1).
+    center_reg_weight : float
+        GluonCV's ``--center-reg-weight`` (1).
+
+    Inputs (lists over contexts): ``outputs``, the network's training outputs ``(heatmap B x C
+    x H x W, wh B x 2 x H x W, center_reg B x 2 x H x W)``; ``targets``, the five batched
+    targets of :class:`~gluondet.nn.CenterNetTargetGenerator` ``(heatmap, wh_target, wh_mask,
+    center_reg, center_reg_mask)``.
+
+    Outputs: ``{'loss_heatmap', 'loss_wh', 'loss_center': [per-context B-vector]}``.
+    """
+
+    def __init__(self, wh_weight=0.1, center_reg_weight=1.0, **kwargs):
+        super().__init__(**kwargs)
+        self._weights = (1.0, wh_weight, center_reg_weight)
+
+    def forward(self, outputs, targets):
+        terms = []
+        for (heatmap, wh, reg), (heatmap_t, wh_t, wh_mask, reg_t, reg_mask) in zip(outputs,
+                                                                                  targets):
+            terms.append((heatmap_focal_loss(nd, heatmap, heatmap_t),
+                          masked_l1_loss(nd, wh, wh_t, wh_mask),
+                          masked_l1_loss(nd, reg, reg_t, reg_mask)))
+        out = {name: [] for name in CENTER_NET_LOSS_NAMES}
+        for k, (name, weight) in enumerate(zip(CENTER_NET_LOSS_NAMES, self._weights)):
+            total = _total([parts[k][1].sum() for parts in terms])
+            for parts in terms:
+                loss = parts[k][0]
+                norm = total.as_in_context(loss.context)
+                out[name].append(nd.broadcast_div(loss, norm) * weight)
         return out
