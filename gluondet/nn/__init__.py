@@ -1,9 +1,10 @@
 """Detection building blocks as HybridBlocks: anchors, box coding, matching, targets (SSD,
-RetinaNet, YOLOv3), NMS, and the parts of two-stage detectors (RPN, ROI features, R-CNN
-targets, FPN)."""
+RetinaNet, YOLOv3, CenterNet), NMS, and the parts of two-stage detectors (RPN, ROI features,
+R-CNN targets, FPN)."""
 from .anchors import (GridAnchorGenerator, SSDAnchorGenerator, grid_anchors,
                       retina_anchor_shapes, ssd_anchor_shapes, ssd_anchors)
 from .boxops import batch_take, pairwise_iou
+from .center_net_target import CenterNetTargetGenerator
 from .coder import BoxCenterDecoder, BoxCenterEncoder, center_to_corner, corner_to_center
 from .fpn import FPN
 from .matcher import BipartiteMatcher, CompositeMatcher, MaximumMatcher
@@ -24,4 +25,5 @@ __all__ = ['GridAnchorGenerator', 'SSDAnchorGenerator', 'grid_anchors', 'retina_
            'batch_take', 'pairwise_iou', 'FPN', 'ROIExtractor', 'fpn_levels', 'roi_rows',
            'RPNAnchorGenerator', 'RPNHead', 'RPNProposal', 'rpn_base_anchors',
            'RPNTargetGenerator', 'RCNNTargetSampler', 'RCNNTargetGenerator',
-           'YOLOV3TargetGenerator', 'YOLOV3DynamicTarget', 'yolo3_feature_sizes']
+           'YOLOV3TargetGenerator', 'YOLOV3DynamicTarget', 'yolo3_feature_sizes',
+           'CenterNetTargetGenerator']
