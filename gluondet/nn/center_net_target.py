@@ -101,9 +101,11 @@ class CenterNetTargetGenerator:
             raise ValueError('CenterNetTargetGenerator: class id %g of a %d-class network'
                              % (ids[bad][0], self.num_class))
         for box, cid in zip(boxes, ids):
+            if not (cid >= 0 and np.isfinite(box).all()):
+                continue
             box_w, box_h = box[2] - box[0], box[3] - box[1]
             center = np.array([(box[0] + box[2]) / 2, (box[1] + box[3]) / 2], np.float32)
-            if not (cid >= 0 and box_w > 0 and box_h > 0 and (center >= 0).all()
+            if not (box_w > 0 and box_h > 0 and (center >= 0).all()
                     and center[0] < self.width and center[1] < self.height):
                 continue
             cell = center.astype(np.int32)
