@@ -67,6 +67,23 @@ MODEL_SHA1 = {
     'yolo3_darknet53_coco': '09767802230b45af1c27697a2dad6d1ebaacc1e2',
     'yolo3_mobilenet1.0_voc': '3b47835ac3dd80f29576633949aa58aee3094353',
     'yolo3_mobilenet1.0_coco': '66dbbae67be8f1e3cd3c995ce626a2bdc89769c6',
+    # CenterNet (GluonCV publishes no center_net_dla34 weights)
+    'center_net_resnet18_v1b_voc': '38c509d456a6e14e4c54e961ed43bffe8cf62840',
+    'center_net_resnet18_v1b_coco': 'dccae71d1f069343326750bc9b0508a2a760dd80',
+    'center_net_resnet18_v1b_dcnv2_voc': '04d1ed20ae3f8a150bc06d8007775a6df99e40b2',
+    'center_net_resnet18_v1b_dcnv2_coco': '0874df9a5236297fd32ed401f0a699602ee6b42b',
+    'center_net_resnet50_v1b_voc': 'f108427bc62c85f7bcbdba45db4c94a31fd4d4f6',
+    'center_net_resnet50_v1b_coco': '28c64aaeaf9d5e4404afd2b96bf8812973d79eb9',
+    'center_net_resnet50_v1b_dcnv2_voc': '61eb866d36ef68b1145a74a5b4e76ba262dbb4e4',
+    'center_net_resnet50_v1b_dcnv2_coco': '2713a7ba29ab4da5f1939da5a53f97ed079441ca',
+    'center_net_resnet101_v1b_voc': '5bf8b91f8813e82a2f2660c83560ffdfebf835a0',
+    'center_net_resnet101_v1b_coco': '6f9cd4a945cb554c38539009eede20f45786519e',
+    'center_net_resnet101_v1b_dcnv2_voc': 'a0e707225164fc578b5bb7187a79e6b492da8fb4',
+    'center_net_resnet101_v1b_dcnv2_coco': '52daf2d9faca82c08924d08e7e0c253a782a1653',
+    'center_net_mobilenetv3_large_duc_voc': '2cab979937586d3f8532d86130030c611ae38d2d',
+    'center_net_mobilenetv3_large_duc_coco': 'bfc55dfd13ef8e9fd052141a3c42338179f5949d',
+    'center_net_mobilenetv3_small_duc_voc': '8a8e9cbcbac3a496f0904dc22e148b1978ea672f',
+    'center_net_mobilenetv3_small_duc_coco': 'f782057569a768faa03940d8106f944ffe3c9733',
     # ImageNet backbones (pretrained_base); GluonCV publishes no RetinaNet detector weights
     'vgg16_atrous': '4fa2e1ad96b8c8d1ba9e5a43556cd909d70b3985',
     'resnet18_v1': 'a0666292f0a30ff61f857b0b66efc0228eb6a54b',
@@ -80,6 +97,9 @@ MODEL_SHA1 = {
     'mobilenet1.0': 'efbb2ca3881998d5a8c5cb6c457a28c1e085fed5',
     'mobilenet0.5': '0130d2aa2f7e3a63db35579b243e25f512172371',
     'mobilenet0.25': 'f0046a3da4e150b85da58ea31913dbb86e7540d1',
+    'dla34': '5fd8d651eea4b8f3767174ea63bd0afc1fa541d8',
+    'mobilenetv3_large': 'eaa44578554ddffaf2a2630ced9093181ff79688',
+    'mobilenetv3_small': '10430433698d18f49991e4a366c9fce8f9286298',
 }
 
 
