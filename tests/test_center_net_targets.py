@@ -2,6 +2,7 @@
 (``CenterNetTargetGenerator``, ``HeatmapFocalLoss`` / ``MaskedL1Loss``,
 ``CenterNetDefaultTrainTransform``)."""
 import os
+import pickle
 import random
 
 import mxnet as mx
@@ -292,7 +293,8 @@ def test_random_targets_match_the_boxes_and_repeat_with_a_seed():
 
 def test_seed_none_draws_from_numpys_global_rng():
     image, label = blocks_image(2)
-    transform = CenterNetTrainTransform(128, 128, 3, targets=CenterNetTargetGenerator)
+    transform = pickle.loads(pickle.dumps(     # as sent to a data worker
+        CenterNetTrainTransform(128, 128, 3, targets=CenterNetTargetGenerator)))
     np.random.seed(3)
     first = transform(image, label)
     np.random.seed(3)

@@ -167,12 +167,12 @@ class CenterNetTrainTransform:
         self.mean = np.array(mean, np.float32).reshape((1, 1, 3))
         self.std = np.array(std, np.float32).reshape((1, 1, 3))
         self.targets = None if targets is None else targets(self.num_class, *self.output_size)
-        self.rng = (np.random.RandomState(seed) if isinstance(seed, (int, np.integer))
-                    else T._rng(seed))
+        # None stays None (numpy's global RNG at each draw), so the transform pickles
+        self.rng = np.random.RandomState(seed) if isinstance(seed, (int, np.integer)) else seed
 
     def draw(self, width, height):
         """The random choices for an image of ``width x height``: a `CenterNetAugment`."""
-        rng = self.rng
+        rng = T._rng(self.rng)
         flip = bool(rng.uniform() < 0.5)
         center = tuple(float(border + T._randint(rng, size - 2 * border))
                        for border, size in ((_border(width), width), (_border(height), height)))
