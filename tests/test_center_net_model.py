@@ -303,3 +303,51 @@ def _gluoncv_parity(name, bccd_root, tmp_path):
                                   'center_net_resnet18_v1b_dcnv2_voc'])
 def test_gluoncv_file_gives_gluoncv_detections(name, bccd_root, tmp_path):
     _gluoncv_parity(name, bccd_root, tmp_path)
+
+
+def test_small_network_learns_squares():
+    """gluondet's CPU CenterNet fits 16 synthetic images of coloured squares (two each) in
+    120 Adam steps, with GluonCV's targets and losses: every square found (score > 0.3, its
+    class, IoU > 0.5) by inference afterwards."""
+    from gluondet.losses import CenterNetLoss
+    from gluondet.nn import CenterNetTargetGenerator
+    mx.random.seed(0)
+    rng = np.random.RandomState(0)
+    size, images, labels = 128, [], []
+    for _ in range(16):
+        image = rng.uniform(0, 0.2, (3, size, size)).astype('float32')
+        boxes, ids = [], []
+        for _ in range(2):
+            c, w = rng.randint(3), rng.randint(16, 40)
+            x0, y0 = rng.randint(0, size - w, size=2)
+            image[c, y0:y0 + w, x0:x0 + w] = 1.0
+            boxes.append([x0, y0, x0 + w, y0 + w])
+            ids.append(c)
+        images.append(image)
+        labels.append((np.array(boxes, 'float32'), np.array(ids, 'float32')))
+    generator = CenterNetTargetGenerator(3, size // 4, size // 4)
+    targets = [generator(boxes / 4, ids) for boxes, ids in labels]
+    targets = [mx.nd.array(np.stack(parts)) for parts in zip(*targets)]
+    x = mx.nd.array(np.stack(images))
+    net = get_model('center_net_mobilenet0.5_custom', classes=CUSTOM, pretrained_base=False)
+    net.initialize(mx.init.Xavier())
+    net.hybridize()
+    trainer = mx.gluon.Trainer(net.collect_params(), 'adam', {'learning_rate': 2e-3})
+    loss = CenterNetLoss()
+    for _ in range(120):
+        with autograd.record():
+            total = sum(v[0].sum() for v in loss([net(x)], [targets]).values())
+        total.backward()
+        trainer.step(1)
+    ids, scores, boxes = (o.asnumpy() for o in net(x))
+    found = 0
+    for i, (truth, classes) in enumerate(labels):
+        for box, c in zip(truth, classes):
+            picked = (scores[i, :, 0] > 0.3) & (ids[i, :, 0] == c)
+            found += any(_iou(p, box) > 0.5 for p in boxes[i][picked])
+    assert found == 32
+
+
+def _iou(a, b):
+    inter = np.prod(np.clip(np.minimum(a[2:], b[2:]) - np.maximum(a[:2], b[:2]), 0, None))
+    return inter / (np.prod(a[2:] - a[:2]) + np.prod(b[2:] - b[:2]) - inter)
