@@ -44,6 +44,7 @@ from ..files import atomic_write
 from ..nn.roi import fpn_levels
 from .onnx_graph import (GraphBuilder, add_rcnn_postprocess, add_retinanet_postprocess,
                          add_roi_align, add_rpn_proposals, add_ssd_postprocess)
+from .onnx_center_net import add_center_net_postprocess, center_net_body, flip_width
 from .onnx_yolo3 import add_yolo3_postprocess, yolo3_body
 from .postprocess import postprocess_of
 from .symbol import check_float32_process, input_shape, rcnn_body, ssd_body
@@ -291,6 +292,32 @@ def yolo3_graph(net, shape, symbolic, apply_nms=True):
         nms.post_nms, OUTPUTS, apply_nms)
     _append(graph, post)
     return graph, rows, {'nms': _nms_props(nms)}
+
+
+def center_net_graph(net, shape, symbolic, apply_nms=True):
+    """``center_net`` (CenterNet's): mx2onnx's body up to the heads, then the peak search and
+    decoding (from the maps' shapes: any input size). It has no NMS: ``apply_nms`` changes
+    nothing, its outputs are the candidates."""
+    del apply_nms
+    symbol, params = center_net_body(net, shape[2:])
+    inputs = [('data', shape)] + [('data_flip', shape)] * net.flip_test
+    graph = _convert_body(symbol, params, inputs, symbolic)
+    if net.flip_test:           # the flipped image from the input, before the body
+        flip = GraphBuilder('flip')
+        flip_width(flip, 'data', ['data_flip'])
+        body = list(graph.node)
+        del graph.node[:]
+        graph.node.extend(flip.nodes + body)
+        graph.initializer.extend(flip.initializers)
+        graph.input.remove(next(i for i in graph.input if i.name == 'data_flip'))
+    post = GraphBuilder('postprocess')
+    decoder = net.postprocess
+    rows = add_center_net_postprocess(
+        post, 'heatmap', 'wh', 'reg', decoder.k, decoder.scale,
+        ('heatmap_flip', 'wh_flip') if net.flip_test else None, OUTPUTS)
+    _append(graph, post)
+    return graph, rows, {'nms': {key: getattr(decoder, key) for key in (
+        'topk', 'nms_thresh', 'nms_topk', 'post_nms')}}
 
 
 def _fpn_level_bounds(min_level, num_levels, canonical_level):
