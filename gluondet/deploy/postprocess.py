@@ -23,14 +23,18 @@ the modules that hold them: those import onnx, or this table, so it cannot impor
   uses for a zoo name without weights);
 - ``topk_settings``: ``{node name prefix: the setting behind its TopK}`` of the graph, which
   TensorRT's check names when a cut is over TensorRT's limit
-  (:func:`~gluondet.deploy.tensorrt.check_tensorrt_limits`).
+  (:func:`~gluondet.deploy.tensorrt.check_tensorrt_limits`);
+- ``has_nms``: whether it ends with an NMS (default true). False: its outputs are already the
+  candidates of any NMS (CenterNet's heatmap peaks), ``--no-nms`` exports the same graph,
+  and the NMS options run on the host over its outputs (:mod:`gluondet.deploy.nms`).
 """
 import collections
 
 __all__ = ['KINDS', 'Postprocess', 'postprocess_of', 'postprocess_from_metadata']
 
 Postprocess = collections.namedtuple('Postprocess', [
-    'kind', 'description', 'any_size', 'onnx_graph', 'detecting_weights', 'topk_settings'])
+    'kind', 'description', 'any_size', 'onnx_graph', 'detecting_weights', 'topk_settings',
+    'has_nms'], defaults=[True])
 
 _DETECTION_NMS = 'the detection NMS (set_nms: nms_topk, post_nms; -1 keeps every candidate'
 
@@ -73,6 +77,17 @@ KINDS = {row.kind: row for row in [
         detecting_weights='yolo3_detecting',
         topk_settings={'postprocess': _DETECTION_NMS + '; each output keeps max(nms_topk, '
                                       'post_nms) candidates)'}),
+    Postprocess(
+        'center_net',
+        'sigmoid heatmap, its peaks (places equal to the 3x3 max pool of their neighbourhood: '
+        'CenterNet\'s NMS), the topk best of classes x places, boxes from the size and offset '
+        'maps at each peak (GluonCV\'s CenterNet)',
+        any_size=True,      # everything from the maps' shapes in the graph
+        onnx_graph='center_net_graph',
+        detecting_weights='center_net_detecting',
+        topk_settings={'postprocess': 'topk (the zoo name\'s 40 VOC, 100 COCO and custom; '
+                                      'capped by set_nms: nms_topk, post_nms)'},
+        has_nms=False),
 ]}
 
 
