@@ -130,7 +130,8 @@ def detecting_random_weights(net, x, seed=0, class_std=2.0, max_gap=6.0):
 
     How the predictors are scaled is the post-processing kind's
     (:mod:`gluondet.deploy.postprocess`, ``detecting_weights``): :func:`softmax_detecting`,
-    :func:`sigmoid_detecting`, :func:`rcnn_detecting`, :func:`yolo3_detecting`.
+    :func:`sigmoid_detecting`, :func:`rcnn_detecting`, :func:`yolo3_detecting`,
+    :func:`center_net_detecting`.
 
     Parameters
     ----------
@@ -289,3 +290,26 @@ def yolo3_detecting(net, x, class_std, max_gap):
                                                   ctx=weight.context))
         conv.bias.set_data(mx.nd.array((conv.bias.data().asnumpy() - mean) * factor + shift,
                                        ctx=weight.context))
+
+
+def center_net_detecting(net, x, class_std, max_gap):
+    """The ``center_net`` part of :func:`detecting_random_weights` (CenterNet's).
+
+    The last convolution of each head is centred on its mean over ``x`` and scaled: heatmap
+    logits to std ``class_std`` centred 1 below 0, at most ``max_gap / 2`` from it (scores
+    up to about 0.9: many peaks, none saturated, whose sigmoid would tie neighbours); sizes
+    to std 2 cells around 6 (at least 1); offsets to std 0.2 around 0.5.
+    """
+    found = {}
+    hooks = [head[-1].register_forward_hook(
+        lambda block, inputs, out: found.setdefault(block.name, out)) for head in net.heads]
+    with autograd.predict_mode():
+        net(x)
+    for hook in hooks:
+        hook.detach()
+    for head, std, largest, centre in ((net.heads[0], class_std, max_gap / 2, -1.0),
+                                       (net.heads[1], 2, 5, 6.0), (net.heads[2], 0.2, 0.5, 0.5)):
+        conv = head[-1]
+        outputs = found[conv.name].transpose((0, 2, 3, 1)).reshape((-1, conv.weight.shape[0]))
+        _fit(conv, outputs.asnumpy(), std, largest)
+        conv.bias.set_data(conv.bias.data() + centre)
