@@ -351,3 +351,48 @@ def test_small_network_learns_squares():
 def _iou(a, b):
     inter = np.prod(np.clip(np.minimum(a[2:], b[2:]) - np.maximum(a[:2], b[:2]), 0, None))
     return inter / (np.prod(a[2:] - a[:2]) + np.prod(b[2:] - b[:2]) - inter)
+
+
+def _gluoncv_classifier(name, x, folder):
+    """GluonCV's ImageNet classifier ``name`` (random weights, run on ``x``) and its file."""
+    gluoncv = pytest.importorskip('gluoncv')
+    classifier = gluoncv.model_zoo.get_model(name)
+    classifier.initialize(mx.init.Xavier())
+    classifier(x)
+    path = str(folder / (name + '.params'))
+    classifier.save_parameters(path)
+    return classifier, path
+
+
+def test_gluoncv_imagenet_backbones_load(tmp_path):
+    """What ``pretrained_base`` loads: GluonCV's ImageNet dla34, mobilenetv3 and mobilenet0.5
+    files give GluonCV's features."""
+    from gluondet.model_zoo.backbones import mobilenet0_5
+    from gluondet.model_zoo.backbones.dla import dla34, load_gluoncv_dla
+    from gluondet.model_zoo.backbones.mobilenetv3 import (load_gluoncv_mobilenetv3,
+                                                         mobilenetv3_small)
+    from gluondet.model_zoo.center_net import _Holder
+    from gluondet.model_zoo.gluoncv_compat import load_gluoncv_backbone
+    x = _input(64)
+    classifier, path = _gluoncv_classifier('dla34', x, tmp_path)
+    ours = dla34()
+    load_gluoncv_dla(ours, path)
+    classifier._use_feature = True          # pylint: disable=protected-access
+    for a, b in zip(ours(x), classifier(x)):
+        _assert_close(a, b)
+    classifier, path = _gluoncv_classifier('mobilenetv3_small', x, tmp_path)
+    ours = mobilenetv3_small()
+    load_gluoncv_mobilenetv3(ours, path)
+    _assert_close(ours(x), classifier.features[:17](x))
+    classifier, path = _gluoncv_classifier('mobilenet0.5', x, tmp_path)
+    ours = mobilenet0_5(out_blocks=(12,))
+    load_gluoncv_backbone(_Holder(ours), path)
+    _assert_close(ours(x)[0], classifier.features[:-2](x))
+
+
+def _assert_close(got, expected):
+    """Equal within 1e-4 of the largest value (random deep networks shrink their maps)."""
+    expected = expected.asnumpy()
+    scale = np.abs(expected).max()
+    assert scale > 0
+    np.testing.assert_allclose(got.asnumpy(), expected, rtol=0, atol=1e-4 * scale)
