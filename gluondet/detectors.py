@@ -10,7 +10,7 @@ network's own ``postprocess`` kind (`gluondet.deploy`); its model zoo names star
 
 >>> from gluondet import detectors
 >>> [d.name for d in detectors.all_detectors()]
-['ssd', 'faster_rcnn', 'retinanet', 'yolo3']
+['ssd', 'faster_rcnn', 'retinanet', 'yolo3', 'center_net']
 >>> detectors.get('frcnn').display
 'Faster R-CNN'
 """
@@ -132,3 +132,5 @@ register(Detector('retinanet', 'RetinaNet', 'gluondet.train.retinanet', 'retinan
                   features={'amp', 'dali', 'syncbn', 'prune'}))
 register(Detector('yolo3', 'YOLOv3', 'gluondet.train.yolo3', 'yolo3_', aliases=('yolov3',),
                   features={'amp', 'syncbn', 'mixup', 'prune'}))
+register(Detector('center_net', 'CenterNet', 'gluondet.train.center_net', 'center_net_',
+                  aliases=('centernet',), features={'amp', 'syncbn'}))

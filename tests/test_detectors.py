@@ -6,12 +6,13 @@ from gluondet import cli as gluondet_cli, demo, detectors
 
 
 def test_the_detectors_and_their_aliases():
-    assert detectors.names() == ['ssd', 'faster_rcnn', 'retinanet', 'yolo3']
+    assert detectors.names() == ['ssd', 'faster_rcnn', 'retinanet', 'yolo3', 'center_net']
     assert detectors.get('FRCNN').name == 'faster_rcnn' and detectors.get('ssd').display == 'SSD'
     assert detectors.of_network('retinanet_resnet18_v1b_custom').name == 'retinanet'
     assert detectors.of_network('yolo3_darknet53_voc').name == 'yolo3'
     assert detectors.get('YOLOv3').display == 'YOLOv3'
-    assert detectors.of_network('center_net_resnet18_v1b_voc') is None
+    assert detectors.of_network('center_net_resnet18_v1b_voc').name == 'center_net'
+    assert detectors.get('CenterNet').display == 'CenterNet'
     for detector in detectors.all_detectors():
         module = detector.module()
         assert callable(module.main) and module.build_parser().parse_args([]) is not None
@@ -25,17 +26,17 @@ def test_a_name_or_alias_is_registered_once_and_unknown_ones_are_named():
     with pytest.raises(ValueError, match="name 'frcnn' is taken by faster_rcnn"):
         detectors.register(detectors.Detector('frcnn2', 'F', 'x', 'f_', aliases=('frcnn',)))
     with pytest.raises(ValueError, match=r"unknown detector 'retinenet': one of ssd, "
-                                         r"faster_rcnn, retinanet, yolo3 \(did you mean "
-                                         r"retinanet"):
+                                         r"faster_rcnn, retinanet, yolo3, center_net "
+                                         r"\(did you mean retinanet"):
         detectors.get('retinenet')
     with pytest.raises(ValueError, match='unknown features tensorrt'):
         detectors.Detector('x', 'X', 'x', 'x_', features={'tensorrt'})
-    assert detectors.names() == ['ssd', 'faster_rcnn', 'retinanet', 'yolo3']
+    assert detectors.names() == ['ssd', 'faster_rcnn', 'retinanet', 'yolo3', 'center_net']
 
 
 def test_commands_read_the_table(capsys):
-    assert gluondet_cli.main(['train', 'centernet', '--epochs', '1']) == 2
-    assert "unknown detector 'centernet'" in capsys.readouterr().err
+    assert gluondet_cli.main(['train', 'cornernet', '--epochs', '1']) == 2
+    assert "unknown detector 'cornernet'" in capsys.readouterr().err
     assert gluondet_cli.main(['demo', '--detector', 'faster_rcnn', '--dali']) == 1
     assert capsys.readouterr().err == ('gluondet demo: error: --dali: Faster R-CNN does not '
                                        'train with it\n')

@@ -391,7 +391,7 @@ def test_every_flag_of_every_script_is_a_key(detector):
     ({'detector': 'retinanet', 'head_norm': 'layer'}, "head_norm: 'layer' is not one of"),
     ({'detector': 'faster_rcnn', 'lr': 0.1, '--lr': 0.2}, 'set the same flag (lr)'),
     ({'detector': 'retinanet_x'}, "detector 'retinanet_x': one of ssd, faster_rcnn, retinanet, "
-                                  "yolo3 (did you mean retinanet"),
+                                  "yolo3, center_net (did you mean retinanet"),
     ({'network': 'x'}, 'name the detector'),
     ({'detector': 'ssd', 'no-wd': 'yes'}, 'no-wd is a switch'),
 ])
