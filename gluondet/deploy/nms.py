@@ -19,6 +19,13 @@ is not the same thing: they need those candidates. Where an option runs:
   the predictor runs the NMS, by default with the export's settings (its metadata ``nms``),
   which gives the detections of the export with NMS.
 
+A kind of post-processing without an NMS (CenterNet's, ``has_nms`` false in
+:mod:`gluondet.deploy.postprocess`) returns the candidates themselves (its heatmap peaks),
+exported or not: ``max_det`` caps a Gluon network's detections (``post_nms``; after the NMS
+when there is one), ``conf`` and an export's ``max_det`` act on the host, and ``iou``, ``agnostic`` and ``soft`` run an NMS on the
+host over them; it has no IoU threshold of its own, so a hard or linear soft NMS needs ``iou``
+(:func:`_without_nms`).
+
 The host's hard NMS is ``box_nms`` itself (:func:`nms_keep`), so its detections equal the
 networks'; soft NMS is written here (:func:`soft_nms_keep`).
 """
@@ -28,6 +35,7 @@ import mxnet as mx
 import numpy as np
 
 from ..inference_flags import SOFT_METHODS
+from .postprocess import postprocess_from_metadata, postprocess_of
 
 __all__ = ['NMSOptions', 'HostNMS', 'SOFT_METHODS', 'configure_network', 'export_plan',
            'nms_keep', 'nms_options', 'soft_nms_keep']
@@ -260,6 +268,10 @@ def configure_network(net, options):
     post = net.postprocess
     if options is None:
         return None
+    if not postprocess_of(net).has_nms:
+        if options.max_det is not None and not options.needs_candidates:
+            net.set_nms(post.nms_thresh, post.nms_topk, options.max_det)
+        return _without_nms(options, type(net).__name__)
     if options.conf is not None:
         post.score_thresh = options.conf
     native = hasattr(post, 'force_nms')
@@ -292,6 +304,9 @@ def export_plan(options, meta, source):
     ValueError
         In one line naming ``source``, for an option its export cannot give.
     """
+    post = postprocess_from_metadata(meta, source)
+    if post is not None and not post.has_nms:
+        return _without_nms(options, source)
     settings = meta.get('nms') or {}
     applied = meta.get('nms_applied', True)
     if options is None:
@@ -321,6 +336,24 @@ def export_plan(options, meta, source):
         return None
     return HostNMS(-np.inf if options.conf is None else options.conf,
                    options.max_det or -1, nms=False)
+
+
+def _without_nms(options, source):
+    """The host's part for a model whose post-processing has no NMS: ``conf`` and ``max_det``
+    cut its rows, ``iou``, ``agnostic`` and ``soft`` run an NMS over them; None if nothing is
+    asked. ValueError naming ``source`` for a hard or linear soft NMS without ``iou``."""
+    if options is None:
+        return None
+    nms = options.needs_candidates
+    if nms and options.iou is None and options.soft != 'gaussian':
+        flag = '--soft-nms linear' if options.soft else '--agnostic-nms'
+        raise ValueError('%s: %s has no NMS of its own (its outputs are its candidates), so no '
+                         'IoU threshold: give --iou for the NMS %s asks for'
+                         % (flag, source, flag))
+    if not nms and options.conf is None and options.max_det is None:
+        return None
+    return HostNMS(-np.inf if options.conf is None else options.conf, options.max_det or -1,
+                   nms, options.iou, options.agnostic, options.soft, options.sigma)
 
 
 def nms_options(args):
