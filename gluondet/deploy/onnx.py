@@ -44,7 +44,8 @@ from ..files import atomic_write
 from ..nn.roi import fpn_levels
 from .onnx_graph import (GraphBuilder, add_rcnn_postprocess, add_retinanet_postprocess,
                          add_roi_align, add_rpn_proposals, add_ssd_postprocess)
-from .onnx_center_net import add_center_net_postprocess, center_net_body, flip_width
+from .onnx_center_net import (add_center_net_postprocess, center_net_body, deformable_blocks,
+                              flip_width)
 from .onnx_yolo3 import add_yolo3_postprocess, yolo3_body
 from .postprocess import postprocess_of
 from .symbol import check_float32_process, input_shape, rcnn_body, ssd_body
@@ -299,6 +300,13 @@ def center_net_graph(net, shape, symbolic, apply_nms=True):
     decoding (from the maps' shapes: any input size). It has no NMS: ``apply_nms`` changes
     nothing, its outputs are the candidates."""
     del apply_nms
+    deformable = deformable_blocks(net)
+    if deformable:
+        raise UnsupportedOperatorError(
+            'ONNX export: %s has modulated deformable convolutions (DCNv2: %d, e.g. %s), which '
+            'sample the input at learned offsets: mx2onnx cannot convert them, and ONNX has no '
+            'such op at opset 13 (GridSample comes at 16, DeformConv at 19); export the '
+            'network without _dcnv2' % (type(net).__name__, len(deformable), deformable[0]))
     symbol, params = center_net_body(net, shape[2:])
     inputs = [('data', shape)] + [('data_flip', shape)] * net.flip_test
     graph = _convert_body(symbol, params, inputs, symbolic)

@@ -21,22 +21,18 @@ from ..model_zoo.center_net_necks import ModulatedDeformableConv2D
 from .onnx_graph import _rows, _sigmoid, _take
 from .symbol import input_shape
 
-__all__ = ['center_net_body', 'flip_width', 'add_center_net_postprocess']
+__all__ = ['center_net_body', 'deformable_blocks', 'flip_width', 'add_center_net_postprocess']
 
 MAPS = ('heatmap', 'wh', 'reg')
 
 
-def _refuse_dcnv2(net):
+def deformable_blocks(net):
+    """Names of the network's modulated deformable convolutions (the ``_dcnv2`` networks'),
+    which this export cannot convert (see the module docstring)."""
     found = []
     net.apply(lambda block: found.append(block.name)
               if isinstance(block, ModulatedDeformableConv2D) else None)
-    if found:
-        from .onnx import UnsupportedOperatorError
-        raise UnsupportedOperatorError(
-            'ONNX export: %s has modulated deformable convolutions (DCNv2: %d, e.g. %s), which '
-            'sample the input at learned offsets: mx2onnx cannot convert them, and ONNX has no '
-            'such op at opset 13 (GridSample comes at 16, DeformConv at 19); export the '
-            'network without _dcnv2' % (type(net).__name__, len(found), found[0]))
+    return found
 
 
 def center_net_body(net, data_shape):
@@ -52,13 +48,7 @@ def center_net_body(net, data_shape):
         of ``data_flip`` (not flipped back).
     params : dict of str to NDArray
         The symbol's arguments and auxiliary states other than the inputs.
-
-    Raises
-    ------
-    UnsupportedOperatorError
-        For the ``_dcnv2`` networks (see the module docstring).
     """
-    _refuse_dcnv2(net)
 
     def heads(name, maps):
         y = net.base_network(mx.sym.var(name, dtype='float32'))
