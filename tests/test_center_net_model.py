@@ -120,6 +120,11 @@ def test_places_that_are_not_peaks_are_padded_with_minus_one():
     np.testing.assert_allclose(scores[0, :2, 0], [0.9, 0.5])
     np.testing.assert_allclose(boxes[0, :2], [[26, 18, 30, 22], [6, 34, 10, 38]])
     assert (ids[0, 2:] == -1).all() and (scores[0, 2:] == -1).all() and (boxes[0, 2:] == -1).all()
+    # fewer places than K (1 class x 4 x 4 < 40): the K rows, the places' then -1
+    net.postprocess.topk = 40
+    ids, scores, _ = (o.asnumpy() for o in net.postprocess(
+        heatmap[:, :1, :4, :4] + 0.5, mx.nd.ones((1, 2, 4, 4)), mx.nd.zeros((1, 2, 4, 4))))
+    assert ids.shape == (1, 40, 1) and (scores[0, :16] == 0.5).all() and (ids[0, 16:] == -1).all()
 
 
 def test_set_nms_caps_the_detections():

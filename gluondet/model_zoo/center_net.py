@@ -62,8 +62,12 @@ class CenterNetDecoder(gluon.HybridBlock):
         peak = F.broadcast_equal(F.Pooling(heatmap, kernel=(3, 3), stride=(1, 1), pad=(1, 1),
                                            pool_type='max'), heatmap)
         k = self.k
-        scores, index = F.topk((heatmap * peak).reshape((0, -1)), k=k, ret_typ='both',
-                               dtype='int64')
+        flat = (heatmap * peak).reshape((0, -1))
+        # k zeros after the places: fewer places than k (a small input) give -1 rows, as
+        # the ONNX graph does, instead of topk's error
+        flat = F.concat(flat, F.broadcast_axis(F.slice_axis(flat, axis=1, begin=0, end=1) * 0,
+                                               axis=1, size=k), dim=1)
+        scores, index = F.topk(flat, k=k, ret_typ='both', dtype='int64')
         _, _, height, width = F.split(F.shape_array(heatmap), num_outputs=4, axis=0)
         area = height * width
         ids = F.cast(F.broadcast_div(index, area), 'float32')
