@@ -167,8 +167,9 @@ def nvinfer_properties(model, onnx_file, engine_file=None, precision='fp32',
          "ymax in network-input pixels. DeepStream's built-in parsers do not read these: set "
          'parse-bbox-func-name and custom-lib-path to a parser of them, or output-tensor-meta=1 '
          'and read the tensors in a probe'),
-        ('cluster-mode', CLUSTER_NONE, 'no clustering: the model ends with its own NMS%s'
-         % (' (%s)' % post.description if post else '')),
+        ('cluster-mode', CLUSTER_NONE, 'no clustering: the model ends with its own %s%s'
+         % ('post-processing' if post and not post.has_nms else 'NMS',
+            ' (%s)' % post.description if post else '')),
         ('maintain-aspect-ratio', int(keep_ratio),
          'keep-ratio model (%s): scaled to fit, padded at the right and bottom'
          % meta.get('network', '') if keep_ratio else 'fixed-size model: stretched to the input'),
