@@ -4,8 +4,10 @@ For each network, with random weights that detect (``detecting_random_weights``:
 many overlapping boxes, so the comparison means something), every runtime takes
 the same BCCD test images (640x480 JPEG through the model's validation transform).
 
-A ``_custom`` name gets BCCD's 3 classes. SSD and YOLOv3 names (fixed input size, the
-zoo's; YOLOv3 exported with its own graph, deploy kind ``yolo3``):
+A ``_custom`` name gets BCCD's 3 classes. SSD, YOLOv3 and CenterNet names (fixed input size,
+the zoo's; YOLOv3 and CenterNet exported with their own graphs, deploy kinds ``yolo3`` and
+``center_net``; CenterNet, whose validation keeps the aspect ratio, takes the zoo's square as
+GluonCV's validation does, the images resized to it):
 
 - latency: batch 1, median seconds per call;
 - throughput: batch ``--batch`` (default 8), images per second.
@@ -166,7 +168,8 @@ def main():
 
 
 def bench_fixed(name, args, options, test, calib, checks):
-    """A fixed-size network's rows (SSD, YOLOv3): latency at batch 1, throughput at ``--batch``."""
+    """A fixed-size network's rows (SSD, YOLOv3, CenterNet at its zoo square): latency at
+    batch 1, throughput at ``--batch``."""
     import mxnet as mx
     import numpy as np
     import onnx

@@ -1,5 +1,6 @@
 """benchmarks/: a failed correctness check ends in a non-zero exit, and run_all reports it; the
-YOLOv3 training benchmark's GluonCV loop trains at gluondet's sizes."""
+YOLOv3 training benchmark's GluonCV loop trains at gluondet's sizes; the CenterNet one starts
+both libraries from the same weights."""
 import os
 import sys
 
@@ -71,3 +72,28 @@ def test_yolo3_bench_gluoncv_loader_replays_gluondet_sizes(monkeypatch, workers)
     bench.replay_sizes(sides)
     made = [batch.asnumpy() for batch in loader]
     assert [b.ravel().tolist() for b in made] == [[s, s] for s in sides]
+
+
+def test_center_net_bench_starts_both_libraries_from_the_same_weights(tmp_path):
+    """bench_center_net_train: the starting file (GluonCV's network for BCCD's classes) loads
+    into gluondet's ``_custom`` network, and both compute the same maps from it."""
+    pytest.importorskip('gluoncv')
+    import mxnet as mx
+    from mxnet import autograd
+    import bench_center_net_train as bench
+    from gluondet.model_zoo import get_model
+    args = bench.parse_args(['--data-shape', '128'])
+    args.weights = str(tmp_path / 'start.params')
+    bench.run_weights(args)
+    theirs = bench.gluoncv_net(args)
+    theirs.load_parameters(args.weights)
+    ours = get_model(args.network + '_custom', classes=bench.CLASSES, pretrained_base=False,
+                     size=128)
+    ours.load_parameters(args.weights)
+    x = mx.nd.random.uniform(-2, 2, (2, 3, 128, 128))
+    with autograd.train_mode():
+        maps = [[m.asnumpy() for m in net(x)] for net in (theirs, ours)]
+    assert [m.shape for m in maps[1]] == [(2, 3, 32, 32), (2, 2, 32, 32), (2, 2, 32, 32)]
+    for a, b in zip(*maps):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+    assert maps[1][1].std() > 0          # random weights, not zeros
