@@ -211,7 +211,7 @@ def parse_args(argv=None):
     parser.add_argument('--network', default='center_net_resnet18_v1b',
                         help='a CenterNet of both libraries, without its dataset suffix '
                              '(center_net_resnet{18,50,101}_v1b, center_net_dla34, '
-                             'center_net_mobilenetv3_{large,small}_duc)')
+                             'center_net_mobilenetv3_large_duc)')
     parser.add_argument('--data-shape', type=int, default=384)
     parser.add_argument('--batch-size', type=int, default=4)
     parser.add_argument('--steps', type=int, default=12, help='timed steps per loop')
@@ -235,6 +235,9 @@ def parse_args(argv=None):
             ('_voc', '_coco', '_custom')) or '_dcnv2' in args.network:
         parser.error('--network must be a CenterNet name without its dataset suffix and '
                      'without _dcnv2, got %r' % args.network)
+    if args.network == 'center_net_mobilenetv3_small_duc':
+        parser.error("GluonCV's reset_class gives center_net_mobilenetv3_small_duc's heatmap "
+                     'head the neck\'s width (32) as its input, not the 64 it gets')
     args.images = (args.warmup + args.steps) * args.batch_size
     args.modes = ['fixed']      # the one size mode (bench_yolo3_train.print_profiles reads it)
     return args
