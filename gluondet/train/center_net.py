@@ -89,23 +89,8 @@ def network_flags(network):
 
 def schedule(args):
     """The `TrainConfig` settings of GluonCV's Adam, ``--warmup-lr`` and ``--num-samples``
-    (epochs of that many images: the warmup and decays in steps)."""
-    overrides = {'optimizer': 'adam'}
-    if args.warmup_lr:
-        overrides['warmup_factor'] = args.warmup_lr / args.lr
-    if args.num_samples > 0:
-        if args.lr_mode != 'step':
-            raise UserError('--num-samples sets the step schedule in steps; it does not apply '
-                            'to --lr-mode %s' % args.lr_mode)
-        try:
-            decays = tuple(int(v) for v in args.lr_decay_epoch.split(',') if v.strip())
-        except ValueError:
-            raise UserError('--lr-decay-epoch must be comma-separated integers, got %r'
-                            % args.lr_decay_epoch) from None
-        steps = max(1, args.num_samples // args.batch_size)
-        overrides.update(lr_decay_iters=tuple(e * steps for e in decays),
-                         warmup_iters=int(round(args.lr_warmup * steps)), warmup_epochs=0.0)
-    return overrides
+    (`common.gluoncv_schedule`)."""
+    return dict(common.gluoncv_schedule(args), optimizer='adam')
 
 
 def main(argv=None):

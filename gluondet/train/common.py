@@ -7,7 +7,7 @@ from ..data import datasets_from_flags
 from ..engine import HookBase
 from ..errors import UserError
 
-__all__ = ['build_datasets', 'pruned_model', 'StartupLog', 'print_final']
+__all__ = ['build_datasets', 'pruned_model', 'gluoncv_schedule', 'StartupLog', 'print_final']
 
 LOG = logging.getLogger('gluondet')
 
@@ -65,6 +65,29 @@ class StartupLog(HookBase):
             names = [name for name, param in self.loop.net.collect_params().items()
                      if param.grad_req != 'null']
             LOG.info('Trainable parameters (%d): %s', len(names), ', '.join(names))
+
+
+def gluoncv_schedule(args, decay_epochs=None):
+    """The `TrainConfig` settings of GluonCV's ``--warmup-lr`` and ``--num-samples`` (epochs
+    of that many images: the warmup and the decays, at ``decay_epochs`` or else
+    ``--lr-decay-epoch``, in steps)."""
+    overrides = {}
+    if args.warmup_lr:
+        overrides['warmup_factor'] = args.warmup_lr / args.lr
+    if args.num_samples > 0:
+        if args.lr_mode != 'step':
+            raise UserError('--num-samples sets the step schedule in steps; it does not apply '
+                            'to --lr-mode %s' % args.lr_mode)
+        try:
+            decays = decay_epochs or tuple(
+                int(v) for v in args.lr_decay_epoch.split(',') if v.strip())
+        except ValueError:
+            raise UserError('--lr-decay-epoch must be comma-separated integers, got %r'
+                            % args.lr_decay_epoch) from None
+        steps = max(1, args.num_samples // args.batch_size)
+        overrides.update(lr_decay_iters=tuple(e * steps for e in decays),
+                         warmup_iters=int(round(args.lr_warmup * steps)), warmup_epochs=0.0)
+    return overrides
 
 
 def print_final(result):
