@@ -107,6 +107,11 @@ def test_predict_a_video_with_tracking_nms_options_and_slicing(trained, kitti, t
         d.predict([results[0].image], track=True)
 
 
+def _by_class_and_left(result):
+    order = np.lexsort(tuple(result.boxes.T[::-1]) + (result.class_ids,))
+    return result.class_ids[order], result.boxes[order]
+
+
 def test_export_onnx_then_the_exported_model_predicts_the_same(trained, kitti):
     d, _, _ = trained
     path = d.export('onnx')
@@ -115,13 +120,15 @@ def test_export_onnx_then_the_exported_model_predicts_the_same(trained, kitti):
         os.path.join(kitti, 'val', 'image_2')))[0])
     (gluon,) = d.predict(image)
     (onnx,) = Detector(path).predict(image)
-    assert onnx.names == gluon.names
-    np.testing.assert_array_equal(onnx.class_ids, gluon.class_ids)
-    np.testing.assert_allclose(onnx.boxes, gluon.boxes, atol=1e-3)
     ir = d.export('openvino', dynamic_batch=True)
     assert ir.endswith('_best.xml') and os.path.isfile(ir)
     (openvino,) = Detector(ir).predict(image)
-    np.testing.assert_allclose(openvino.boxes, onnx.boxes, atol=5e-3)
+    # the little-trained model's many nearly equal scores may come in another order
+    ids, boxes = _by_class_and_left(gluon)
+    for result, atol in ((onnx, 1e-3), (openvino, 5e-3)):
+        assert result.names == gluon.names
+        np.testing.assert_array_equal(_by_class_and_left(result)[0], ids)
+        np.testing.assert_allclose(_by_class_and_left(result)[1], boxes, atol=atol)
     with pytest.raises(ValueError, match='only a zoo name or a training output .params trains'):
         Detector(path).train(data=kitti)
 

@@ -165,7 +165,7 @@ def _detections(predictor, x):
 
 
 def _by_class_and_left(ids, scores, boxes):
-    order = np.lexsort((boxes[:, 0], ids))
+    order = np.lexsort(tuple(boxes.T[::-1]) + (ids,))
     return ids[order], scores[order], boxes[order]
 
 
