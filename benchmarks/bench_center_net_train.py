@@ -49,9 +49,9 @@ import tempfile
 import time
 import warnings
 
-from bench_rcnn_train import _compute_setup, _compute_step, _config, _summary
+from bench_rcnn_train import _config, _summary
 from bench_ssd_train import BCCD, CLASSES, ROLES, Head
-from bench_yolo3_train import StepProfile, print_profiles
+from bench_yolo3_train import StepProfile, print_profiles, time_compute, time_fit
 from common import Checks
 
 ROLES = ROLES[:3]
@@ -175,35 +175,11 @@ def _adam_config(args, prefix):
 
 
 def run_gluondet(args):
-    from gluondet.engine import HookBase, fit
-
-    class Clock(HookBase):
-        def __init__(self):
-            self.times, self.losses, self.shapes = [], [], []
-            self.profile = StepProfile(args)
-
-        def after_step(self):
-            self.times.append((time.perf_counter(), time.process_time()))
-            self.losses.append(sum(self.loop.state.loss_values().values()))
-            self.shapes.append(self.loop.current_batch[0].shape[2])
-            self.profile.after_step(len(self.times))
-
-    clock = Clock()
-    with tempfile.TemporaryDirectory() as tmp:
-        fit(_task(args), _adam_config(args, os.path.join(tmp, 'bench')), hooks=[clock])
-    clock.profile.finish()
-    return clock.times, clock.losses, clock.shapes, clock.profile.table
+    return time_fit(args, _task(args), lambda prefix: _adam_config(args, prefix))
 
 
 def run_compute(args):
-    task, net, trainer, staged = _compute_setup(_task(args), _adam_config(args, 'unused'))
-    times, losses, profile = [], [], StepProfile(args)
-    for parts in staged:
-        losses.append(_compute_step(task, net, trainer, parts))
-        times.append((time.perf_counter(), time.process_time()))
-        profile.after_step(len(times))
-    profile.finish()
-    return times, losses, [parts[0][0].shape[2] for parts in staged], profile.table
+    return time_compute(args, _task(args), _adam_config(args, 'unused'))
 
 
 def parse_args(argv=None):

@@ -238,7 +238,10 @@ def _task(args):
                      pretrained_base=False)
 
 
-def run_gluondet(args):
+def time_fit(args, task, config_at):
+    """Each step's clocks, summed loss and input size of `gluondet.engine.fit` on ``task``
+    with the config ``config_at(prefix)``, and its profile table (also bench_center_net_train's
+    gluondet loop)."""
     from gluondet.engine import HookBase, fit
 
     class Clock(HookBase):
@@ -254,13 +257,15 @@ def run_gluondet(args):
 
     clock = Clock()
     with tempfile.TemporaryDirectory() as tmp:
-        fit(_task(args), _config(args, os.path.join(tmp, 'bench')), hooks=[clock])
+        fit(task, config_at(os.path.join(tmp, 'bench')), hooks=[clock])
     clock.profile.finish()
     return clock.times, clock.losses, clock.shapes, clock.profile.table
 
 
-def run_compute(args):
-    task, net, trainer, staged = _compute_setup(_task(args), _config(args, 'unused'))
+def time_compute(args, task, config):
+    """`time_fit`'s figures of the forward, losses, backward and step alone, on batches
+    staged in memory (also bench_center_net_train's compute loop)."""
+    task, net, trainer, staged = _compute_setup(task, config)
     times, losses, profile = [], [], StepProfile(args)
     for parts in staged:
         losses.append(_compute_step(task, net, trainer, parts))
@@ -268,6 +273,14 @@ def run_compute(args):
         profile.after_step(len(times))
     profile.finish()
     return times, losses, [parts[0][0].shape[2] for parts in staged], profile.table
+
+
+def run_gluondet(args):
+    return time_fit(args, _task(args), lambda prefix: _config(args, prefix))
+
+
+def run_compute(args):
+    return time_compute(args, _task(args), _config(args, 'unused'))
 
 
 def parse_args(argv=None):
