@@ -17,7 +17,7 @@ from ..metrics.evaluation import evaluate, evaluate_voc, voc_metric
 from .calibration import CalibrationBatches
 from .networks import apply_nms, load_network
 from .openvino import IR_EXTENSION, save_openvino
-from .postprocess import postprocess_of
+from .postprocess import postprocess_from_metadata, postprocess_of
 from .infer import coco_results, infer, kitti_lines, write_json
 from .predictor import Predictor
 from .sources import ENGINE_EXTENSIONS, metadata_path, model_metadata
@@ -265,6 +265,7 @@ def export_summary(files, meta, dims):
     if meta.get('fixed_input_size') is False:
         resize += ' (any size up to %d x %d)' % tuple(meta['data_shape'])
     nms = ', '.join('%s %s' % item for item in sorted(meta['nms'].items()))
+    post = postprocess_from_metadata(meta, 'the exported model')
     return '\n'.join([
         'wrote %s%s' % (', '.join(files), ' (%s)' % meta['precision'] if 'precision' in meta
                         else ''),
@@ -276,8 +277,9 @@ def export_summary(files, meta, dims):
         '(N x K x 1), boxes (N x K x 4: xmin, ymin, xmax, ymax in input pixels), rows of -1 '
         'after the detections; the predictor of infer and evaluate scales the boxes to each '
         'image and clips them to it' % (
-            'NMS' if meta.get('nms_applied', True) else 'the candidates of the NMS, which the '
-            'predictor runs (--no-nms)', nms)])
+            'no NMS (%s)' % post.description if post is not None and not post.has_nms
+            else 'NMS' if meta.get('nms_applied', True) else 'the candidates of the NMS, '
+            'which the predictor runs (--no-nms)', nms)])
 
 
 def _numbers(values):
