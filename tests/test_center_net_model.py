@@ -305,7 +305,9 @@ def _gluoncv_parity(name, bccd_root, tmp_path):
 
 @pytest.mark.parametrize('name', ['center_net_resnet18_v1b_voc', 'center_net_dla34_coco',
                                   'center_net_mobilenetv3_small_duc_voc',
-                                  'center_net_resnet18_v1b_dcnv2_voc'])
+                                  'center_net_mobilenetv3_large_duc_voc',
+                                  'center_net_resnet18_v1b_dcnv2_voc',
+                                  'center_net_dla34_dcnv2_coco'])
 def test_gluoncv_file_gives_gluoncv_detections(name, bccd_root, tmp_path):
     _gluoncv_parity(name, bccd_root, tmp_path)
 
