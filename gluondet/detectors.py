@@ -133,4 +133,4 @@ register(Detector('retinanet', 'RetinaNet', 'gluondet.train.retinanet', 'retinan
 register(Detector('yolo3', 'YOLOv3', 'gluondet.train.yolo3', 'yolo3_', aliases=('yolov3',),
                   features={'amp', 'syncbn', 'mixup', 'prune'}))
 register(Detector('center_net', 'CenterNet', 'gluondet.train.center_net', 'center_net_',
-                  aliases=('centernet',), features={'amp', 'syncbn'}))
+                  aliases=('centernet',), features={'amp', 'syncbn', 'prune'}))

@@ -193,10 +193,12 @@ def test_benchmark_a_zoo_name_with_detecting_weights(capsys):
     assert capsys.readouterr().out.startswith('%s on mxnet (weights: random' % NETWORK)
 
 
-def test_prune_then_export(model, tmp_path, capsys):
+def test_prune_then_export_and_retrain(model, tmp_path, capsys):
     """``gluondet prune``: the neck and heads lose filters, the heads' outputs stay; the
-    pruned model exports to ONNX with the network's detections."""
-    params, _, images = model
+    pruned model exports to ONNX with the network's detections, retrains through
+    train_center_net.py --pruned-model and resumes without the flag (the checkpoint's
+    meta.pruned rebuilds the network)."""
+    params, voc, images = model
     out = str(tmp_path / 'pruned')
     assert main(['prune', '-m', params, '-o', out, '-pth', '0.9', '-nf', '8', '-g', '8']) == 0
     assert 'pruning ratio' in capsys.readouterr().out
@@ -206,3 +208,23 @@ def test_prune_then_export(model, tmp_path, capsys):
     pruned, path = out + '.params', str(tmp_path / 'pruned.onnx')
     assert main(['export', '--network', pruned, '-o', path, '--dynamic-batch']) == 0
     assert_same_detections(_detections(pruned, images), _detections(path, images), 20)
+
+    channels = described['meta']['pruned']['channels']
+    prefix = str(tmp_path / 'retrain_')
+    argv = ['--network', 'mobilenet0.5', '--data-shape', str(SIZE), '--dataset', 'voc',
+            '--dataset-root', voc, '--classes', ','.join(BCCD_CLASSES), '--train-split',
+            SMALL_SPLIT, '--val-split', SMALL_SPLIT, '--gpus', '', '--no-pretrained-base',
+            '-j', '0', '--batch-size', '8', '--lr', '0.001', '--save-interval', '0',
+            '--log-interval', '100', '--save-prefix', prefix]
+    steps = SMALL_SPLIT_SIZE // 8     # (the last partial batch is dropped)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv('GLUONDET_HOME', str(tmp_path / 'home'))
+        from gluondet.train import center_net
+        first = center_net.main(argv + ['--pruned-model', pruned, '--epochs', '1'])
+        assert first.iteration == steps
+        with open(prefix + NETWORK + '_last.json') as f:
+            assert json.load(f)['meta']['pruned'] == {'channels': channels}
+        retrained = Predictor.from_model(prefix + NETWORK + '_best.params')   # pruned widths
+        assert retrained.classes == BCCD_CLASSES
+        assert center_net.main(argv + ['--epochs', '2', '--resume', 'auto']).iteration == \
+            2 * steps
