@@ -40,3 +40,11 @@ def test_commands_read_the_table(capsys):
     assert gluondet_cli.main(['demo', '--detector', 'faster_rcnn', '--dali']) == 1
     assert capsys.readouterr().err == ('gluondet demo: error: --dali: Faster R-CNN does not '
                                        'train with it\n')
+    # an alias, as `gluondet train` takes it, names the recipe; a count of epochs is >= 1
+    assert gluondet_cli.main(['demo', '--detector', 'CenterNet', '--dali']) == 1
+    assert capsys.readouterr().err == ('gluondet demo: error: --dali: CenterNet does not '
+                                       'train with it\n')
+    with pytest.raises(SystemExit) as stopped:
+        gluondet_cli.main(['demo', '--epochs', '0'])
+    assert stopped.value.code == 2
+    assert 'argument --epochs: expected a whole number >= 1' in capsys.readouterr().err
