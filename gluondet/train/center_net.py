@@ -125,5 +125,7 @@ def _demo_task(train, val, num_workers):
 # 10 epochs of 10; this recipe (0.004, 20 epochs) 0.073, 0.269, 0.437 and 0.527 after 5, 10,
 # 15 and 20 epochs (32.7 min; epochs of 38-45 s on 2 idle cores), still rising; SGD at lr
 # 0.02 collapsed the heatmap in its first epoch (the clipped sigmoid leaves it no gradient).
+# What does better (a stride-16 cut of the backbone, a lighter augmentation: 0.798 after
+# 16 epochs at 160 px) and why: docs/benchmarks.md, CenterNet, Learning.
 DEMO = Recipe('center_net_mobilenet0.5_custom', 20, 1, _demo_task,
               dict(COMMON_SETTINGS, optimizer='adam', lr=4e-3, wd=1e-4, val_interval=20))
