@@ -20,23 +20,13 @@ def _demo_arguments(parser):
     parser.add_argument('--detector', default='ssd', type=_detector_name,
                         help='which recipe, one of %s or an alias as `gluondet train` takes '
                              '(make demo runs the SSD one)' % ', '.join(detectors.names()))
-    parser.add_argument('--epochs', type=_at_least_one,
+    parser.add_argument('--epochs', type=_at_least(1),
                         help="training epochs (default: the recipe's)")
     parser.add_argument('--seed', type=int, help="random seed (default: the recipe's)")
     parser.add_argument('--amp', action='store_true',
                         help='mixed precision (bfloat16 on CPUs, float16 on GPUs)')
     parser.add_argument('--dali', action='store_true',
                         help='NVIDIA DALI data loading (the SSD and RetinaNet recipes)')
-
-
-def _at_least_one(text):
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError('expected a whole number >= 1, got %r' % text)
-    return value
 
 
 def _detector_name(text):

@@ -47,4 +47,4 @@ def test_commands_read_the_table(capsys):
     with pytest.raises(SystemExit) as stopped:
         gluondet_cli.main(['demo', '--epochs', '0'])
     assert stopped.value.code == 2
-    assert 'argument --epochs: expected a whole number >= 1' in capsys.readouterr().err
+    assert 'argument --epochs: expected an integer >= 1' in capsys.readouterr().err
