@@ -63,6 +63,13 @@ def checked_detector(path, batch, size, rows):
     return model, {p.key: json.loads(p.value) for p in model.metadata_props}
 
 
+def by_class_and_box(ids, scores, boxes):
+    """Detections sorted by class, then box (xmin, ymin, xmax, ymax): an order that float
+    noise in nearly equal scores cannot swap, to compare two runtimes' rows."""
+    order = np.lexsort(tuple(boxes.T[::-1]) + (ids,))
+    return ids[order], scores[order], boxes[order]
+
+
 def save_training_output(net, path, network, model_kwargs=None):
     """Save ``net``'s weights to ``path`` (a ``.params`` file) with the json a training writes
     beside them (network, classes, a keep-ratio network's sizes, the architecture's

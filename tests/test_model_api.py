@@ -107,11 +107,6 @@ def test_predict_a_video_with_tracking_nms_options_and_slicing(trained, kitti, t
         d.predict([results[0].image], track=True)
 
 
-def _by_class_and_left(result):
-    order = np.lexsort(tuple(result.boxes.T[::-1]) + (result.class_ids,))
-    return result.class_ids[order], result.boxes[order]
-
-
 def test_export_onnx_then_the_exported_model_predicts_the_same(trained, kitti):
     d, _, _ = trained
     path = d.export('onnx')
@@ -124,11 +119,13 @@ def test_export_onnx_then_the_exported_model_predicts_the_same(trained, kitti):
     assert ir.endswith('_best.xml') and os.path.isfile(ir)
     (openvino,) = Detector(ir).predict(image)
     # the little-trained model's many nearly equal scores may come in another order
-    ids, boxes = _by_class_and_left(gluon)
+    from export_checks import by_class_and_box
+    ids, _, boxes = by_class_and_box(gluon.class_ids, gluon.scores, gluon.boxes)
     for result, atol in ((onnx, 1e-3), (openvino, 5e-3)):
         assert result.names == gluon.names
-        np.testing.assert_array_equal(_by_class_and_left(result)[0], ids)
-        np.testing.assert_allclose(_by_class_and_left(result)[1], boxes, atol=atol)
+        got_ids, _, got_boxes = by_class_and_box(result.class_ids, result.scores, result.boxes)
+        np.testing.assert_array_equal(got_ids, ids)
+        np.testing.assert_allclose(got_boxes, boxes, atol=atol)
     with pytest.raises(ValueError, match='only a zoo name or a training output .params trains'):
         Detector(path).train(data=kitti)
 

@@ -21,7 +21,7 @@ from gluondet.model_zoo import get_model
 pytest.importorskip('onnxruntime')
 from gluondet.deploy.commands import export_model  # noqa: E402
 import tensorrt_stand_in  # noqa: E402
-from export_checks import save_training_output  # noqa: E402
+from export_checks import by_class_and_box, save_training_output  # noqa: E402
 
 # A, then B (IoU 1/3 with A), C (apart), D (IoU 5/6 with A, 7/15 with B)
 BOXES = np.array([[0, 0, 10, 10], [0, 5, 10, 15], [20, 20, 30, 30], [0, 0, 10, 12]],
@@ -164,11 +164,6 @@ def _detections(predictor, x):
     return found
 
 
-def _by_class_and_left(ids, scores, boxes):
-    order = np.lexsort(tuple(boxes.T[::-1]) + (ids,))
-    return ids[order], scores[order], boxes[order]
-
-
 def _assert_same(got, want, exact=True):
     """The same detections; in the same order if ``exact``, else within float noise, whose
     order may swap two of nearly equal scores (7e-6 apart on Faster R-CNN FPN's)."""
@@ -176,7 +171,7 @@ def _assert_same(got, want, exact=True):
         assert len(ids) >= 20
         if not exact:
             (ids, scores, boxes), (ids0, scores0, boxes0) = (
-                _by_class_and_left(*d) for d in ((ids, scores, boxes), (ids0, scores0, boxes0)))
+                by_class_and_box(*d) for d in ((ids, scores, boxes), (ids0, scores0, boxes0)))
         np.testing.assert_array_equal(ids, ids0)
         if exact:
             np.testing.assert_array_equal(scores, scores0)
