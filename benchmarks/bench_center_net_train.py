@@ -30,13 +30,16 @@ training process's CPU seconds per sample); the losses must be finite (else exit
 loops run in turn, ``--rounds`` times; a loop's figure is its median. Printed: gluondet /
 GluonCV (goal >= 1.25) and gluondet / compute.
 
+``--amp`` trains gluondet's loop with ``--amp`` (bfloat16 on a CPU; GluonCV's
+train_center_net.py has no AMP): what a user of ours gets over GluonCV's script.
+
 ``--profile`` instead runs each loop once under MXNet's profiler over its timed steps, bulk
 execution off, and prints each one's milliseconds a step in every operator, side by side
 (loader work shows only with ``--workers 0``).
 
     .venv/bin/python benchmarks/bench_center_net_train.py [--network center_net_resnet18_v1b]
         [--data-shape 384] [--batch-size 4] [--steps 12] [--warmup 2] [--rounds 1]
-        [--workers 2] [--threads 2] [--seed 233] [--profile [--top 20]]
+        [--workers 2] [--threads 2] [--seed 233] [--amp] [--profile [--top 20]]
 """
 import argparse
 import dataclasses
@@ -169,9 +172,10 @@ def _task(args):
 
 
 def _adam_config(args, prefix):
-    """`bench_rcnn_train._config` with train_center_net.py's optimizer and schedule."""
+    """`bench_rcnn_train._config` with train_center_net.py's optimizer and schedule (and
+    ``--amp``: bfloat16 on a CPU, float16 on a GPU)."""
     return dataclasses.replace(_config(args, prefix), optimizer='adam', lr=LR, wd=WD,
-                               lr_decay_epoch=DECAY_EPOCHS)
+                               lr_decay_epoch=DECAY_EPOCHS, amp=args.amp)
 
 
 def run_gluondet(args):
@@ -198,6 +202,9 @@ def parse_args(argv=None):
     parser.add_argument('--threads', type=int, default=os.cpu_count(),
                         help='OMP_NUM_THREADS of every loop, unless already set')
     parser.add_argument('--seed', type=int, default=233)
+    parser.add_argument('--amp', action='store_true',
+                        help="gluondet's loop with --amp (GluonCV's train_center_net.py has "
+                             'none; the compute loop stays float32)')
     parser.add_argument('--profile', action='store_true',
                         help="instead, MXNet's operator profile of each loop's timed steps "
                              '(one round, bulk execution off)')
@@ -271,9 +278,10 @@ def compare(args, argv, env):
     cpu = {role: statistics.median(r['cpu_per_sample'] for r in results[role])
            for role in ROLES}
     print('%s at %d px, batch %d, one CPU context, %d timed steps after %d, median of %d '
-          'round(s); OMP_NUM_THREADS %s; %d loader workers each' % (
+          'round(s); OMP_NUM_THREADS %s; %d loader workers each%s' % (
               args.network, args.data_shape, args.batch_size, args.steps, args.warmup,
-              args.rounds, args.omp_threads, args.workers))
+              args.rounds, args.omp_threads, args.workers,
+              '; gluondet with --amp (bfloat16)' if args.amp else ''))
     for role in ROLES:
         print('  %-8s %.3f samples/s  %.2f CPU s/sample' % (role, med[role], cpu[role]))
     print('  gluondet / gluoncv  %.2f (goal >= 1.25)' % (med['gluondet'] / med['gluoncv']))

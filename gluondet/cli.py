@@ -405,8 +405,8 @@ def _launch(args):
 
 
 COMMANDS = [
-    ('demo', 'train a small SSD, Faster R-CNN, RetinaNet or YOLOv3 on the embedded demo data and '
-     'print its mAP', _demo_arguments, _demo),
+    ('demo', 'train a small SSD, Faster R-CNN, RetinaNet, YOLOv3 or CenterNet on the embedded '
+     'demo data and print its mAP', _demo_arguments, _demo),
     ('export', 'export a detector as an MXNet symbol, an ONNX model or a TensorRT engine',
      _export_arguments, _export),
     ('infer', 'detect objects in images, videos, cameras and streams: COCO json or JSON lines, '

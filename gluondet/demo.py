@@ -3,7 +3,8 @@
 `run_demo` trains a recipe's network on `DemoDetection` (1000 train images, no
 pretrained weights), validates on the 200 val images with VOC07 mAP, draws its
 detections on some val images, and prints the final mAP. ``make demo`` runs the SSD
-recipe; ``gluondet demo --detector faster_rcnn`` and ``--detector retinanet`` the others.
+recipe; ``gluondet demo --detector faster_rcnn`` (``retinanet``, ``yolo3``, ``center_net``)
+the others.
 ``tests/test_demo_learning.py`` holds each to >= 0.9.
 
 Each detector's recipe (``DEMO``) lives in its training command's module

@@ -84,7 +84,7 @@ def test_inference_outputs_padding_and_training_tuple():
     with autograd.train_mode():
         heatmap, wh, reg = (o.asnumpy() for o in net(x))
     assert heatmap.shape == (2, 3, 32, 40) and wh.shape == reg.shape == (2, 2, 32, 40)
-    assert heatmap.min() >= 1e-4 and heatmap.max() <= 1 - 1e-4
+    assert heatmap.min() >= np.float32(1e-4) and heatmap.max() <= np.float32(1 - 1e-4)
     features = net.base_network(x)           # the maps of inference (BatchNorm's statistics)
     heatmap, wh, reg = (head(features).asnumpy() for head in net.heads)
     heatmap = 1 / (1 + np.exp(-heatmap))
@@ -395,6 +395,10 @@ def test_gluoncv_imagenet_backbones_load(tmp_path):
     ours = mobilenet0_5(out_blocks=(12,))
     load_gluoncv_backbone(_Holder(ours), path)
     _assert_close(ours(x)[0], classifier.features[:-2](x))
+    cut = mobilenet0_5(out_blocks=(10,))    # the small CenterNet's: the file's rest is skipped
+    load_gluoncv_backbone(_Holder(cut), path)
+    assert len(cut.blocks) == 11 and cut.out_channels == [256]
+    _assert_close(cut(x)[0], classifier.features[:3 + 11 * 6](x))   # stem, 11 blocks
 
 
 def _assert_close(got, expected):

@@ -100,6 +100,28 @@ def test_it_records_and_validates_at_its_data_shape(tmp_path):
     assert info['preprocessing'] == task.preprocessing(net)
 
 
+def test_val_size_is_the_networks_and_the_augmentation_strength_reaches_the_transform():
+    """The demo recipe's options: it trains on 160 px squares, validates (and the checkpoint
+    predicts) at 192 px; a lighter zoom and shift."""
+    task = make_task(data_shape=160, val_size=192, zoom_sigma=0.1, max_shift=0.2)
+    net = task.build_net([mx.cpu()])
+    assert task.meta()['model_kwargs'] == {'size': 192}
+    assert task.preprocessing(net)['max_size'] == 192
+    transform = task.train_transform()
+    assert transform.size == (160, 160)
+    np.random.seed(0)
+    draws = [transform.draw(200, 100) for _ in range(300)]
+    centers = np.array([d.center for d in draws])
+    assert (np.abs(centers - [100, 50]) <= [40, 20]).all()         # within 20% of the middle
+    zooms = np.array([d.scale for d in draws]) / 200
+    assert 0.05 < zooms.std() < 0.15 and abs(zooms.mean() - 1) < 0.03
+    gluoncv = make_task().train_transform()          # GluonCV's: anywhere, spread 0.4 clipped
+    zooms = np.array([gluoncv.draw(200, 100).scale for _ in range(300)]) / 200
+    assert zooms.std() > 0.25 and zooms.min() >= 0.6 and zooms.max() <= 1.4
+    with pytest.raises(ValueError, match='val_size must be an int >= 32'):
+        make_task(val_size=16)
+
+
 def test_flip_validation_reaches_the_network():
     task = make_task(flip_validation=True)
     net = task.build_net([mx.cpu()])

@@ -32,6 +32,7 @@ def test_run_demo_trains_prints_map_and_draws_a_preview(tmp_path, capsys, detect
 @pytest.mark.parametrize('detector', [      # minutes beside another training, in CI's order
     pytest.param('faster_rcnn', marks=pytest.mark.slow(minutes=7)),
     pytest.param('retinanet', marks=pytest.mark.slow(minutes=6.5)),
+    pytest.param('center_net', marks=pytest.mark.slow(minutes=7)),
     pytest.param('yolo3', marks=pytest.mark.slow(minutes=6.5))])
 def test_demo_recipe_reaches_map_0_9_from_scratch(tmp_path, detector):
     """Each recipe's fixed, seeded budget (`gluondet.demo`: 5 to 7 minutes on a core)."""

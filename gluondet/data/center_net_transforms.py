@@ -146,6 +146,12 @@ class CenterNetTrainTransform:
         ``targets(num_class, output_width, output_height) -> generator``, such as
         `~gluondet.nn.CenterNetTargetGenerator`; ``generator(boxes, ids)`` returns the target
         arrays of boxes in output-map pixels. None: no targets (see Returns).
+    zoom_sigma : float
+        The spread of the random zoom: the square's side is the image's longest side times
+        ``1 + zoom_sigma * N(0, 1)``, clipped to [0.6, 1.4] (GluonCV's 0.4).
+    max_shift : float, optional
+        The square's center is within ``max_shift`` times the image's size of the image's
+        middle; None (GluonCV's): anywhere but a border of the image.
     seed : None, int or numpy.random.RandomState / Generator
         What draws the random choices: None numpy's global RNG (which the engine seeds per
         sample, so that any number of workers gives the same samples); an int a
@@ -160,8 +166,9 @@ class CenterNetTrainTransform:
     """
 
     def __init__(self, width, height, num_class, scale_factor=4, mean=T.IMAGENET_MEAN,
-                 std=T.IMAGENET_STD, targets=None, seed=None):
+                 std=T.IMAGENET_STD, targets=None, zoom_sigma=0.4, max_shift=None, seed=None):
         self.size = (int(width), int(height))
+        self.zoom_sigma, self.max_shift = float(zoom_sigma), max_shift
         self.num_class = int(num_class)
         self.output_size = (self.size[0] // scale_factor, self.size[1] // scale_factor)
         self.mean = np.array(mean, np.float32).reshape((1, 1, 3))
@@ -174,9 +181,14 @@ class CenterNetTrainTransform:
         """The random choices for an image of ``width x height``: a `CenterNetAugment`."""
         rng = T._rng(self.rng)
         flip = bool(rng.uniform() < 0.5)
-        center = tuple(float(border + T._randint(rng, size - 2 * border))
-                       for border, size in ((_border(width), width), (_border(height), height)))
-        scale = max(width, height) * float(np.clip(rng.standard_normal() * 0.4 + 1, 0.6, 1.4))
+        if self.max_shift is None:
+            center = tuple(float(border + T._randint(rng, size - 2 * border)) for border, size
+                           in ((_border(width), width), (_border(height), height)))
+        else:
+            center = tuple(float(size * (0.5 + rng.uniform(-self.max_shift, self.max_shift)))
+                           for size in (width, height))
+        zoom = np.clip(rng.standard_normal() * self.zoom_sigma + 1, 0.6, 1.4)
+        scale = max(width, height) * float(zoom)
         order = tuple(int(k) for k in rng.permutation(len(COLOR_OPS)))
         factors = tuple(float(f) for f in 1 + rng.uniform(-0.4, 0.4, size=len(COLOR_OPS)))
         lighting = tuple(float(a) for a in rng.normal(scale=0.1, size=3))

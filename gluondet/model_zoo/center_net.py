@@ -247,10 +247,13 @@ for _kind, _filters in (('large', (512, 256, 256)), ('small', (512, 256, 128))):
     CENTER_NET_ARCHS['center_net_mobilenetv3_%s_duc' % _kind] = dict(
         backbone='mobilenetv3_' + _kind, neck='duc', filters=_filters, **_datasets(512))
 # gluondet's small CenterNet for training from scratch on a CPU (the demo and BCCD recipes):
-# MobileNet 0.5 (the small SSD's and YOLOv3's) under deconvolutions of 128, 64 and 64
-# channels and heads of 32, at 384 px.
+# MobileNet 0.5 (the small SSD's and YOLOv3's) up to its last stride-16 block, under
+# deconvolutions of 128 and 32 channels and heads of 32, at 384 px. Cut at stride 32 (with a
+# third deconvolution) it did not learn where the demo's shapes are; 32 channels at stride 4
+# instead of 64 make a step 20% cheaper, and the demo learns as fast an epoch
+# (docs/benchmarks.md, CenterNet, Learning).
 CENTER_NET_ARCHS['center_net_mobilenet0.5'] = dict(
-    backbone='mobilenet0.5', neck='deconv', filters=(128, 64, 64), head_conv=32,
+    backbone='mobilenet0.5', neck='deconv', out_block=10, filters=(128, 32), head_conv=32,
     **_datasets(384, published=False, datasets=('custom',)))
 del _depth, _dcn, _kind, _filters
 
@@ -279,11 +282,10 @@ def _neck(spec, pretrained_base, ctx, root, norm):
         in_channels = 512 * (4 if resnet.num_layers >= 50 else 1)
         return DeconvNeck(layers, in_channels, use_dcnv2=dcn, **norm)
     if name.startswith('mobilenet0'):
-        mobilenet = get_backbone(name, out_blocks=(12,), **norm)
+        mobilenet = get_backbone(name, out_blocks=(spec['out_block'],), **norm)
         if path:
             load_gluoncv_backbone(_Holder(mobilenet), path, ctx)
-        return DeconvNeck(mobilenet, int(1024 * float(name[len('mobilenet'):])),
-                          spec['filters'], **norm)
+        return DeconvNeck(mobilenet, mobilenet.out_channels[0], spec['filters'], **norm)
     if name == 'dla34':
         dla = dla34(**norm)
         if path:
@@ -320,8 +322,8 @@ def build_center_net(arch, classes, dataset='custom', pretrained_base=True, ctx=
     options = spec['datasets'][dataset]
     neck = _neck(spec, pretrained_base, ctx, root,
                  dict(norm_layer=norm_layer, norm_kwargs=norm_kwargs))
-    defaults = dict(head_conv=spec.get('head_conv', 64), topk=options['topk'],
-                    size=options['short'])
+    defaults = dict(head_conv=spec.get('head_conv', 64), scale=spec.get('scale', 4.0),
+                    topk=options['topk'], size=options['short'])
     return CenterNet(neck, classes, **dict(defaults, **kwargs))
 
 

@@ -103,14 +103,15 @@ def _norm(norm_layer, norm_kwargs, channels):
 
 
 class DeconvNeck(gluon.HybridBlock):
-    """A stride-32 backbone, then per entry of ``filters``: a 3x3 convolution (DCNv2 with
+    """A backbone, then per entry of ``filters``: a 3x3 convolution (DCNv2 with
     ``use_dcnv2``), norm, ReLU, a 4x4 stride-2 deconvolution, norm, ReLU (GluonCV's
     ``DeconvResnet``).
 
     Parameters
     ----------
     base_network : HybridBlock
-        Input -> the stride-32 map (or a list ending with it); for ResNet v1b the sequential
+        Input -> its last map (or a list ending with it), of stride 32, or 16 with one entry
+        less in ``filters`` (the output has stride 4); for ResNet v1b the sequential
         of its stem layers and layers 1-4 (GluonCV's keys).
     in_channels : int
         Channels of that map.

@@ -176,12 +176,17 @@ def backbone_key_table(features):
 def load_gluoncv_backbone(features, filename, ctx=None):
     """Load a GluonCV ImageNet ``.params`` file into the backbone of an SSD features block.
 
-    The classifier (``output.*``) is skipped; the extra SSD layers (and VGG's
+    The classifier (``output.*``) and the layers of a backbone cut short (a MobileNet
+    returning an earlier block) are skipped; the extra SSD layers (and VGG's
     L2-norm scale and input scale, which GluonCV's file may lack) keep their
     initialization. Any other mismatch raises ValueError listing it.
     """
     arrays = read_params(filename)
     table = backbone_key_table(features)
+    built = set(features._collect_params_with_prefix())
+    cut = {k for k, ours in table.items() if ours not in built}   # layers past the last output
+    arrays = {k: v for k, v in arrays.items() if k not in cut}
+    table = {k: ours for k, ours in table.items() if k not in cut}
     optional = {ours for ours in table.values()
                 if ours.startswith('extras.') or ours.endswith(('.conv4_3_norm.scale',
                                                                 '.init_scale'))}

@@ -26,14 +26,20 @@ class CenterNetTask(DetectionTask):
         A model zoo name, e.g. ``center_net_resnet18_v1b_voc``.
     train_dataset, val_dataset : DetectionDataset
     data_shape : int
-        The side of the square training input (GluonCV's ``--data-shape``) and the longest
-        side of the validation input (the network's ``size``: each image resized keeping its
-        ratio, padded to a multiple of 32).
+        The side of the square training input (GluonCV's ``--data-shape``) and, unless
+        ``val_size`` is given, the longest side of the validation input.
+    val_size : int, optional
+        The longest side of the validation (and, recorded in the checkpoint, prediction)
+        input: the network's ``size`` (each image resized keeping its ratio, padded to a
+        multiple of 32).
     wh_weight, center_reg_weight : float
         The weights of the size and center-offset losses (`~gluondet.losses.CenterNetLoss`).
     flip_validation : bool
         Validate (and predict) averaging with the mirrored image (GluonCV's
         ``--flip-validation``, the network's ``flip_test``).
+    zoom_sigma, max_shift : float
+        The strength of the random zoom and shift
+        (`~gluondet.data.center_net_transforms.CenterNetTrainTransform`; GluonCV's by default).
     **kwargs
         ``classes``, ``pretrained_base``, ``model_kwargs``, ``val_batch_size``,
         ``num_workers``, ``fine_tune``, ``pruned_model``: see
@@ -47,15 +53,18 @@ class CenterNetTask(DetectionTask):
     name = 'center_net'
 
     def __init__(self, network, train_dataset, val_dataset, data_shape=512, wh_weight=0.1,
-                 center_reg_weight=1.0, flip_validation=False, val_batch_size=8, **kwargs):
+                 center_reg_weight=1.0, flip_validation=False, zoom_sigma=0.4, max_shift=None,
+                 val_size=None, val_batch_size=8, **kwargs):
         super().__init__(network, train_dataset, val_dataset, val_batch_size=val_batch_size,
                          **kwargs)
-        if not isinstance(data_shape, numbers.Integral) or data_shape < 32:
-            raise ValueError('CenterNet trains on squares: data_shape must be an int >= 32, '
-                             'got %r' % (data_shape,))
+        val_size = data_shape if val_size is None else val_size
+        for name, value in (('data_shape', data_shape), ('val_size', val_size)):
+            if not isinstance(value, numbers.Integral) or value < 32:
+                raise ValueError('CenterNet: %s must be an int >= 32, got %r' % (name, value))
         self.data_shape = int(data_shape)
-        self.model_kwargs['size'] = self.data_shape     # recorded in meta: rebuilds the net
+        self.model_kwargs['size'] = int(val_size)     # recorded in meta: rebuilds the net
         self.flip_validation = flip_validation
+        self.augment = dict(zoom_sigma=zoom_sigma, max_shift=max_shift)
         self.loss = CenterNetLoss(wh_weight, center_reg_weight)
         self.scale = 4
         self.train_batchify = Tuple(*[Stack()] * 6)
@@ -74,7 +83,7 @@ class CenterNetTask(DetectionTask):
     def train_transform(self):
         return CenterNetTrainTransform(self.data_shape, self.data_shape, len(self.classes),
                                        scale_factor=self.scale,
-                                       targets=CenterNetTargetGenerator)
+                                       targets=CenterNetTargetGenerator, **self.augment)
 
     def train_dataset(self):
         return self._train.transform(self.train_transform())

@@ -59,11 +59,12 @@ class MobileNet(gluon.HybridBlock):
         Width multiplier (1.0, 0.75, 0.5, 0.25).
     out_blocks : tuple of int
         Indices (0-12) of the separable blocks whose outputs are returned;
-        SSD takes 10 (stride 16) and 12 (stride 32).
+        SSD takes 10 (stride 16) and 12 (stride 32). The blocks after the last are not built.
     norm_layer, norm_kwargs
         Normalization block and its extra arguments.
 
-    Input ``B x 3 x H x W``; output a list of feature maps, one per ``out_blocks``.
+    Input ``B x 3 x H x W``; output a list of feature maps, one per ``out_blocks``, whose
+    channels are ``out_channels``.
     """
 
     def __init__(self, multiplier=1.0, out_blocks=(10, 12), norm_layer=nn.BatchNorm,
@@ -71,10 +72,11 @@ class MobileNet(gluon.HybridBlock):
         super().__init__(**kwargs)
         norm = dict(norm_layer=norm_layer, norm_kwargs=norm_kwargs)
         self._out_blocks = tuple(out_blocks)
+        self.out_channels = [int(_BLOCKS[i][1] * multiplier) for i in self._out_blocks]
         with self.name_scope():
             self.stem = ConvBNReLU(int(32 * multiplier), 3, 2, 1, **norm)
             self.blocks = nn.HybridSequential()
-            for dw, pw, stride in _BLOCKS:
+            for dw, pw, stride in _BLOCKS[:max(self._out_blocks) + 1]:
                 self.blocks.add(DepthwiseSeparable(int(dw * multiplier), int(pw * multiplier),
                                                    stride, **norm))
 
