@@ -322,8 +322,8 @@ def build_center_net(arch, classes, dataset='custom', pretrained_base=True, ctx=
     options = spec['datasets'][dataset]
     neck = _neck(spec, pretrained_base, ctx, root,
                  dict(norm_layer=norm_layer, norm_kwargs=norm_kwargs))
-    defaults = dict(head_conv=spec.get('head_conv', 64), scale=spec.get('scale', 4.0),
-                    topk=options['topk'], size=options['short'])
+    defaults = dict(head_conv=spec.get('head_conv', 64), topk=options['topk'],
+                    size=options['short'])
     return CenterNet(neck, classes, **dict(defaults, **kwargs))
 
 
