@@ -10,6 +10,8 @@ from gluondet.data.demo import DEMO_CLASSES
 from gluondet.model import data_flags
 from gluondet.tools.spec import SpecError
 
+from export_checks import by_class_and_box
+
 NETWORK = 'ssd_160_mobilenet0.5_custom'
 
 
@@ -119,7 +121,6 @@ def test_export_onnx_then_the_exported_model_predicts_the_same(trained, kitti):
     assert ir.endswith('_best.xml') and os.path.isfile(ir)
     (openvino,) = Detector(ir).predict(image)
     # the little-trained model's many nearly equal scores may come in another order
-    from export_checks import by_class_and_box
     ids, _, boxes = by_class_and_box(gluon.class_ids, gluon.scores, gluon.boxes)
     for result, atol in ((onnx, 1e-3), (openvino, 5e-3)):
         assert result.names == gluon.names

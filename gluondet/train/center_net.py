@@ -122,8 +122,8 @@ def _demo_task(train, val, num_workers):
 # The demo recipe: the small network trained on 160 px squares, validated at 192 px (a longest
 # side of 192: the demo images at 3/4 of their 256 px), a lighter zoom and shift than
 # GluonCV's (spread 0.1 instead of 0.4, the square's centre within 20% of the middle), Adam at
-# lr 0.008 for batch 8 after a warmup epoch, cosine decay over 20 epochs; about seven and a
-# half minutes on one core beside another training. Measured (demo val mAP; CPU shared):
+# lr 0.008 for batch 8 after a warmup epoch, cosine decay over 20 epochs; 6.6 to 6.8 minutes
+# on one core beside another training. Measured (demo val mAP; CPU shared):
 # - GluonCV's augmentation, lr 0.004 and the network cut at stride 32 with three
 #   deconvolutions: 0.073, 0.269, 0.437, 0.527 after 5, 10, 15, 20 epochs at 256 px (32.7 min).
 # - Cut at stride 16, the lighter augmentation, lr 0.008, 16 epochs at 160 px: 0.857 and 0.811
