@@ -42,6 +42,19 @@ def test_two_ranks_end_with_identical_parameters_and_validate_as_one_process(tmp
     check_two_process_ssd_run(out, demo)
 
 
+def test_every_rank_starts_from_rank_0s_parameters_also_those_the_first_forward_creates(
+        tmp_path):
+    """Ranks that initialize differently (`broadcast_run.py`) hold the same parameters after
+    the broadcasts before and after the first forward, which created the second layer's."""
+    need_horovod()
+    code, log, _ = horovodrun([sys.executable, os.path.join(ROOT, 'tests', 'broadcast_run.py'),
+                               str(tmp_path)], tmp_path)
+    assert code == 0, failure(log)
+    ranks = [load_params(tmp_path / ('rank%d.params' % r)) for r in range(2)]
+    assert sorted(ranks[0]) == ['0.bias', '0.weight', '1.bias', '1.weight']
+    assert ranks[0]['1.weight'].shape == (2, 3) and identical(*ranks), failure(log)
+
+
 @pytest.mark.parametrize('task, batch', [('frcnn', 2), ('retinanet_syncbn', 4)])
 def test_two_ranks_of_half_a_batch_train_as_one_process_of_the_whole(tmp_path, demo, task,
                                                                      batch):

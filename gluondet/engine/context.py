@@ -100,8 +100,11 @@ class Runtime:
         """``[obj of rank 0, obj of rank 1, ...]`` (``obj`` picklable), on every process."""
         return [obj]
 
-    def broadcast_parameters(self, net):
-        """Make every process start from rank 0's parameters (also those initialized later)."""
+    def broadcast_parameters(self, net, trained_only=False):
+        """Make every process hold rank 0's values of ``net``'s initialized parameters; with
+        ``trained_only`` of those with a gradient. The loop calls it before training, and
+        after the first step (whose forward initialized the others) with ``trained_only``:
+        the running statistics start from constants and then hold each process's batches."""
 
     def beat(self, what):
         """Tell the hang watchdog, if one runs, that this process is alive and doing ``what``."""

@@ -14,6 +14,7 @@ from typing import Any
 import mxnet as mx
 import numpy as np
 from mxnet import gluon, nd
+from mxnet.gluon.parameter import DeferredInitializationError
 
 from ..optional import install_hint
 from .context import Runtime, local_runtime, make_contexts, optimizer_params
@@ -93,8 +94,23 @@ class HorovodRuntime(Runtime):
             return [obj]
         return self.hvd.allgather_object(obj, name='gluondet.%d' % _next_id())
 
-    def broadcast_parameters(self, net):
-        self.hvd.broadcast_parameters(net.collect_params(), root_rank=0)
+    def broadcast_parameters(self, net, trained_only=False):
+        # A sum to which the other ranks add zeros, not Horovod's broadcast: its op reads the
+        # tensor's name after the op may have ended and been freed, and a rank died of a
+        # segmentation fault now and then (gdb: in horovod::common::EnqueueTensorBroadcast).
+        arrays = []
+        for _, param in sorted(net.collect_params().items()):
+            if trained_only and param.grad_req == 'null':
+                continue
+            try:
+                arrays.append(param.data())
+            except DeferredInitializationError:
+                continue
+        if self.rank != 0:
+            for array in arrays:
+                array[:] = 0
+        for array in self.allreduce(arrays, name='parameters'):
+            array.wait_to_read()
 
 
 @dataclasses.dataclass(frozen=True)

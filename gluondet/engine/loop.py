@@ -83,6 +83,7 @@ class TrainLoop:
         self.stop_reason = None     # set by request_stop (early stopping)
         self.current_batch = None   # the batch of the step in progress, for the hooks
         self._statistics_synced_at = None
+        self._created_sent = False  # whether the first forward's new parameters were broadcast
         self.hooks = list(hooks)
         for hook in self.hooks:
             hook.loop = self
@@ -160,6 +161,9 @@ class TrainLoop:
         autograd.backward(totals)
         self.trainer.step(1)
         self.state.set_losses(losses)
+        if not self._created_sent:     # rank 0's values of those the first forward created
+            self.runtime.broadcast_parameters(self.net, trained_only=True)
+            self._created_sent = True
 
     def _call(self, stage):
         for hook in self.hooks:
