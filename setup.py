@@ -70,7 +70,7 @@ setup(
         'tensorrt': ['tensorrt', 'cuda-python'],
         'openvino': ['openvino'],     # the openvino backend (CPU)
         'test': ['pytest', 'pytest-timeout', 'pytest-xdist', 'pycocotools', 'faster-coco-eval',
-                 'gluoncv'],
+                 'gluoncv', 'ruff'],
         'docs': ['mkdocs==1.6.1', 'mkdocs-material==9.8.2'],   # make docs
     },
     entry_points={'console_scripts': ['gluondet = gluondet.cli:main']},

@@ -198,8 +198,8 @@ def bench_fixed(name, args, options, test, calib, checks):
     for batch in (1, args.batch):
         x_np = np.ascontiguousarray(data[:batch])
         x_nd = mx.nd.array(x_np)
-        runs = [lambda: [o.asnumpy() for o in net(x_nd)]]
-        runs += [lambda s=s: s.run(None, {'data': x_np}) for s in sessions]
+        runs = [lambda x_nd=x_nd: [o.asnumpy() for o in net(x_nd)]]
+        runs += [lambda s=s, x_np=x_np: s.run(None, {'data': x_np}) for s in sessions]
         comparison = compare_detections(runs[0](), runs[1]())
         times = best_of_two(runs, args.repeat)
         label = 'latency, batch 1' if batch == 1 else 'throughput, batch %d' % batch

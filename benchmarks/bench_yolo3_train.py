@@ -1,11 +1,11 @@
 """YOLOv3 training throughput: gluondet's engine vs GluonCV 0.10.5's train_yolo3.py loop.
 
 Three loops train ``--network`` (a ``yolo3_*_custom`` name both libraries have, default
-``yolo3_mobilenet1.0_custom``, BCCD's three classes, no pretrained base, all starting from
-the same random weights, `run_weights`) at batch ``--batch-size`` on one CPU context, on the same images (the first images of
-BCCD trainval, 640x480 JPEG, read from disk, YOLOv3's full augmentation: colour
-distortion, zoom-out, constrained crop, resize with a random interpolation, flip, the
-training targets made in the loader), each in its own process:
+``yolo3_mobilenet1.0_custom``, BCCD's three classes, no pretrained base, all starting from the
+same random weights, `run_weights`) at batch ``--batch-size`` on one CPU context, on the same
+images (the first images of BCCD trainval, 640x480 JPEG, read from disk, YOLOv3's full
+augmentation: colour distortion, zoom-out, constrained crop, resize with a random interpolation,
+flip, the training targets made in the loader), each in its own process:
 
 - ``gluoncv``: GluonCV's ``train_yolo3.py`` (0.10) loop rebuilt from GluonCV's own parts:
   ``gutils.random.seed``, ``VOCDetection``, ``YOLO3DefaultTrainTransform`` with the

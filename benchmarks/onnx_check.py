@@ -21,7 +21,8 @@ equals the Gluon net's within 0.001; with ``--int8-drop D``, also that the int8 
 is at most D below the Gluon net's (int8 differs by design: a bound, not a parity check).
 Calibration methods: those ``quantize_onnx`` offers (minmax, percentile).
 
-    .venv/bin/python benchmarks/onnx_check.py --model runs/bccd/ssd_160_mobilenet0.5_custom_best.params
+    .venv/bin/python benchmarks/onnx_check.py \
+        --model runs/bccd/ssd_160_mobilenet0.5_custom_best.params
         [--dataset-root ../shared/datasets/bccd/BCCD --split test --calib-split trainval
          --calib-batches 8 --method minmax --data-shape 608,800 --workdir onnx_check
          --int8-drop 0.03]

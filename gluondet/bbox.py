@@ -276,7 +276,8 @@ def bbox_nms(data, scores=None, ids=None, overlap_thresh=0.45, valid_thresh=0.01
     if post_nms == 0 or post_nms < -1:
         raise ValueError('bbox_nms: post_nms must be -1 (all rows) or positive, got %r' % post_nms)
     is_nd = isinstance(data, mx.nd.NDArray)
-    as_np = (lambda x: x.asnumpy() if isinstance(x, mx.nd.NDArray) else x)
+    def as_np(x):
+        return x.asnumpy() if isinstance(x, mx.nd.NDArray) else x
     single = np.ndim(data) == 2
     arrays = [None if x is None else as_np(x) for x in (data, scores, ids)]
     if single:

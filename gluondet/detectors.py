@@ -1,11 +1,11 @@
 """The detector table: what the command line, spec readers, docs, demo and tools know of the
 detectors.
 
-A detector is its own files plus one `register` call. Its entry module (``entry``) holds
-its training command: ``build_parser()``, ``main(argv)``, ``network_flags(name)`` (the flags
-that make the command train the zoo network ``name``, for `gluondet.Detector`) and ``DEMO``,
-its demo recipe (a `gluondet.demo.Recipe`, or None). What its exported graph needs after the network is the
-network's own ``postprocess`` kind (`gluondet.deploy`); its model zoo names start with
+A detector is its own files plus one `register` call. Its entry module (``entry``) holds its
+training command: ``build_parser()``, ``main(argv)``, ``network_flags(name)`` (the flags that
+make the command train the zoo network ``name``, for `gluondet.Detector`) and ``DEMO``, its demo
+recipe (a `gluondet.demo.Recipe`, or None). What its exported graph needs after the network is
+the network's own ``postprocess`` kind (`gluondet.deploy`); its model zoo names start with
 ``zoo_prefix``. The detectors gluondet ships are registered at the end of this file.
 
 >>> from gluondet import detectors

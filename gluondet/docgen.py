@@ -197,7 +197,7 @@ def cli_page():
         for name, help_text, sub in commands:
             out.append('| [%s](#%s) | %s |\n' % (name, _anchor(sub.prog), _cell(help_text)))
         out.append('\n')
-    for name, help_text, sub in commands:
+    for _, help_text, sub in commands:
         sub.description = sub.description or help_text
         out.append(_parser_section(sub, sub.prog, 3))
         out.append('\n')

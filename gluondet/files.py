@@ -44,7 +44,7 @@ def atomic_save_all(files):
     try:
         for (write, path), tmp in zip(files, tmps):
             try:
-                open(tmp, 'wb').close()     # fails here, with the OSError, for a folder not writable
+                open(tmp, 'wb').close()     # the OSError of a folder not writable, here
                 write_synced(write, tmp)
             except OSError as err:
                 raise naming(err, tmp, path) from None

@@ -228,7 +228,7 @@ def test_norm_layer_reaches_backbone_and_neck():
                  'center_net_resnet18_v1b_custom'):
         net = get_model(name, classes=CUSTOM, pretrained_base=False, norm_layer=SyncBatchNorm)
         norms = []
-        net.apply(lambda b: norms.append(b) if isinstance(b, nn.BatchNorm) else None)
+        net.apply(lambda b, found=norms: found.append(b) if isinstance(b, nn.BatchNorm) else None)
         assert norms and all(isinstance(n, SyncBatchNorm) for n in norms), name
 
 

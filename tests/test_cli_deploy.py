@@ -97,7 +97,8 @@ def test_export_tensorrt_fails_clearly_after_writing_the_onnx(trained_model, tmp
      'int8 calibration needs images'),
     (['--format', 'tensorrt', '-o', 'm.engine', '--precision', 'int8', '--calibration-method',
       'percentile'], 'for the onnx and openvino formats'),
-    (['--format', 'symbol', '-o', 'm', '--precision', 'fp32'], 'onnx, openvino and tensorrt formats'),
+    (['--format', 'symbol', '-o', 'm', '--precision', 'fp32'],
+     'onnx, openvino and tensorrt formats'),
     (['--format', 'onnx', '-o', 'm.onnx', '--calibration-batches', '2'], 'for int8 precision'),
 ])
 def test_export_refuses_what_it_cannot_do(trained_model, tmp_path, capsys, argv, message):

@@ -76,7 +76,7 @@ def test_boxes_are_tight(tmp_path):
         inside = image[ymin:ymax + 1, xmin:xmax + 1].astype(int)
         colour = np.median(inside[inside.shape[0] // 2, :], axis=0)  # the shape's colour
 
-        def covered(pixels):
+        def covered(pixels, colour=colour):
             return (np.abs(pixels.astype(int) - colour).sum(-1) < 60).mean()
 
         assert covered(inside[:, 0]) > 0 and covered(inside[0, :]) > 0

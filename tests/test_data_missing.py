@@ -15,7 +15,7 @@ from gluondet.data import COCODetection, DatasetError, resolve_dataset
 from gluondet.train import common
 from gluondet.tools.convert import convert
 
-from filetools import CARD_CLASSES, jpeg, write
+from filetools import jpeg, write
 from test_data_resolve import script_args
 
 # the cards' classes as a user may type them: a typo, and one in capitals

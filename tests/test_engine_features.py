@@ -12,8 +12,8 @@ import pytest
 
 from gluondet.data.batchify import Pad, PadImages, Stack, Tuple
 from gluondet.data.mixup import MixupDetection
-from gluondet.engine import (CheckpointError, GroupedBatchSampler, HookBase, LRSchedule, SampleIndex, TrainConfig,
-                             TrainData, fit, read_manifest)
+from gluondet.engine import (CheckpointError, GroupedBatchSampler, HookBase, LRSchedule,
+                             SampleIndex, TrainConfig, TrainData, fit, read_manifest)
 from gluondet.engine.testing import check_resume
 from test_engine_toy import ToyImages, ToyImageTask, ToyTask, toy_config
 
@@ -327,7 +327,7 @@ def test_fit_uses_the_tasks_batch_sampler(tmp_path):
     original = task.losses
 
     def losses(net, parts):
-        for images, sizes, _ in parts:
+        for _, sizes, _ in parts:
             sizes = sizes.asnumpy()
             assert len(set(sizes[:, 1] > sizes[:, 0])) == 1      # one orientation per batch
         return original(net, parts)

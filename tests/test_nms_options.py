@@ -265,7 +265,7 @@ def test_symbol_without_nms_and_refusals_of_an_export_with_nms(tmp_path, capsys)
     assert len(error.splitlines()) == 1 and 'export it with --no-nms' in error, error
     # a stricter conf and max_det act on the detections
     stricter = _detections(Predictor.from_model(path, nms=NMSOptions(conf=0.3, max_det=5)), x)
-    for (ids, scores, _), (ids0, scores0, _) in zip(stricter, _detections(
+    for (_, scores, _), (_, scores0, _) in zip(stricter, _detections(
             Predictor.from_model(path), x)):
         expected = scores0[scores0 > 0.3][:5]
         assert len(expected) and scores.tolist() == expected.tolist()

@@ -151,7 +151,8 @@ def test_dataset_defaults_fill_only_unset_flags_and_say_so():
     assert (config.epochs, config.lr, config.wd, config.warmup_iters) == (20, 0.001, 5e-4, 0)
     everything = ('--epochs', '2', '--lr', '0.1', '--lr-decay-epoch', '1', '--lr-warmup', '5',
                   '--wd', '0')
-    assert train_config.dataset_defaults(_parse(*everything), script.DATASET_DEFAULTS, 'voc')[1] == ''
+    assert train_config.dataset_defaults(_parse(*everything), script.DATASET_DEFAULTS,
+                                         'voc')[1] == ''
 
 
 def test_new_engine_flags_reach_the_config():
@@ -243,7 +244,8 @@ def test_a_bad_flag_value_is_one_line():
                                        _script().DATASET_DEFAULTS, 'voc')
     with pytest.raises(UserError, match='--lr-decay-epoch must be comma-separated'):
         train_config.train_config(resolved, 'x')
-    resolved, _ = train_config.dataset_defaults(_parse('--lr', '-1'), _script().DATASET_DEFAULTS, 'voc')
+    resolved, _ = train_config.dataset_defaults(_parse('--lr', '-1'), _script().DATASET_DEFAULTS,
+                                                'voc')
     with pytest.raises(UserError, match='--lr must be > 0'):
         train_config.train_config(resolved, 'x')
 

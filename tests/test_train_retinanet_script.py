@@ -1,5 +1,6 @@
-"""train_retinanet.py (gluondet.train.retinanet): its flags (ODTK's and TAO's names), their translation into the
-task and config, refusals in one line, and the documented CPU command run as written."""
+"""train_retinanet.py (gluondet.train.retinanet): its flags (ODTK's and TAO's names), their
+translation into the task and config, refusals in one line, and the documented CPU command run
+as written."""
 import os
 
 import pytest
@@ -142,7 +143,8 @@ def test_tao_options_reach_the_config_and_the_task():
                   '--lr-min', '1e-5', '--soft-start', '0.2', '--annealing', '0.5')
     assert args.freeze_bn is True and args.freeze_blocks == (0, 1)
     assert _parse('--freeze-bn', 'false').freeze_bn is False and _parse().freeze_bn is None
-    resolved, _ = train_config.dataset_defaults(args, script.DATASET_DEFAULTS, 'coco', origin='ODTK')
+    resolved, _ = train_config.dataset_defaults(args, script.DATASET_DEFAULTS, 'coco',
+                                                origin='ODTK')
     config = train_config.train_config(resolved, 'x', optimizer='nag')
     assert (config.lr_mode, config.lr_min, config.soft_start, config.annealing,
             config.optimizer) == ('soft_start_annealing', 1e-5, 0.2, 0.5, 'nag')
@@ -163,7 +165,8 @@ def test_odtk_iteration_schedule_flags():
     assert script.iteration_schedule(args) == {'max_iters': 500, 'lr_decay_iters': (300, 400),
                                                'val_iters': 100}
     assert args.lr_warmup == 50
-    resolved, _ = train_config.dataset_defaults(args, script.DATASET_DEFAULTS, 'coco', origin='ODTK')
+    resolved, _ = train_config.dataset_defaults(args, script.DATASET_DEFAULTS, 'coco',
+                                                origin='ODTK')
     config = train_config.train_config(resolved, 'x', **script.iteration_schedule(args))
     assert (config.max_iters, config.lr_decay_iters, config.warmup_iters) == (500, (300, 400), 50)
     assert script.iteration_schedule(_parse()) == {}

@@ -117,8 +117,8 @@ def make_task(num_images=8):
 # 8 images, batch 2: 4 steps an epoch, a new size every 2 steps; the child pauses at step 6
 # (epoch 2, batch 2) after the checkpoint at step 5, mid size block, mixup in epoch 1 only.
 RESUME_CONFIG = TrainConfig(batch_size=2, num_workers=0, epochs=2, lr=0.005, warmup_iters=4,
-                            mixup=True, no_mixup_epochs=1, log_interval=1, save_interval=0, val_interval=0,
-                            checkpoint_interval=5, seed=7)
+                            mixup=True, no_mixup_epochs=1, log_interval=1, save_interval=0,
+                            val_interval=0, checkpoint_interval=5, seed=7)
 
 
 def test_yolo3_resume_after_kill_9_equals_the_straight_run(tmp_path):

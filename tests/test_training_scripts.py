@@ -1,7 +1,6 @@
 """What the three training scripts share: their command lines."""
 import importlib
 import os
-import sys
 
 import pytest
 

@@ -213,10 +213,10 @@ def test_a_malformed_command_line_is_one_line(argv, capsys):
 def test_debug_shows_the_traceback(files, tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     argv = ['evaluate', '--model', 'nowhere_best.params', '--dataset', 'voc']
-    with pytest.raises(Exception):
+    with pytest.raises(OSError):
         gluondet_cli.main(argv + ['--debug'])
     monkeypatch.setenv('GLUONDET_DEBUG', '1')
-    with pytest.raises(Exception):
+    with pytest.raises(OSError):
         gluondet_cli.main(argv)
 
 

@@ -39,8 +39,7 @@ def test_tiles_cover_the_image_overlap_and_end_at_its_edges(height, width, size,
         assert (y1 - y0, x1 - x0) == size and 0 <= x0 and 0 <= y0 and x1 <= width and y1 <= height
         covered[y0:y1, x0:x1] = True
     assert covered.all()
-    for axis, (start, end, tile, length) in enumerate([(0, 2, size[1], width),
-                                                        (1, 3, size[0], height)]):
+    for start, end, tile, length in [(0, 2, size[1], width), (1, 3, size[0], height)]:
         starts = sorted({t[start] for t in tiles})
         ends = sorted({t[end] for t in tiles})
         assert starts[0] == 0 and ends[-1] == length        # the last tile at the edge

@@ -10,7 +10,8 @@ from .predictor import Detections, Predictor
 from .symbol import export_symbol
 
 __all__ = ['export_symbol', 'export_onnx', 'UnsupportedOperatorError', 'compare_detections',
-           'DetectionComparison', 'detecting_random_weights', 'Predictor', 'Detections', 'load_network']
+           'DetectionComparison', 'detecting_random_weights', 'Predictor', 'Detections',
+           'load_network']
 
 _ONNX_NAMES = ('export_onnx', 'UnsupportedOperatorError')
 

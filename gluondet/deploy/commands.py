@@ -5,8 +5,6 @@
 import json
 import os
 
-import numpy as np
-
 from ..data import DATASETS, COCODetection, resolve_dataset
 from ..data.preprocess import input_range
 from ..files import remove_if_exists, writer

@@ -21,10 +21,10 @@ is not the same thing: they need those candidates. Where an option runs:
 
 A kind of post-processing without an NMS (CenterNet's, ``has_nms`` false in
 :mod:`gluondet.deploy.postprocess`) returns the candidates themselves (its heatmap peaks),
-exported or not: ``max_det`` caps a Gluon network's detections (``post_nms``; after the NMS
-when there is one), ``conf`` and an export's ``max_det`` act on the host, and ``iou``, ``agnostic`` and ``soft`` run an NMS on the
-host over them; it has no IoU threshold of its own, so a hard or linear soft NMS needs ``iou``
-(:func:`_without_nms`).
+exported or not: ``max_det`` caps a Gluon network's detections (``post_nms``; after the NMS when
+there is one), ``conf`` and an export's ``max_det`` act on the host, and ``iou``, ``agnostic``
+and ``soft`` run an NMS on the host over them; it has no IoU threshold of its own, so a hard or
+linear soft NMS needs ``iou`` (:func:`_without_nms`).
 
 The host's hard NMS is ``box_nms`` itself (:func:`nms_keep`), so its detections equal the
 networks'; soft NMS is written here (:func:`soft_nms_keep`).

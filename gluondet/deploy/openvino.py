@@ -44,8 +44,8 @@ def _read_model(ov, core, path):
     """The ``ov.Model`` of an IR or an ONNX model, or FileNotFoundError naming a missing file.
 
     An ONNX model goes through ``ov.convert_model``, as :func:`save_openvino` converts it:
-    ``core.read_model`` of an int8 QDQ model gave other scores (an SSD's BCCD test mAP 0.33 instead of ONNX Runtime's
-    0.82; converted, 0.82).
+    ``core.read_model`` of an int8 QDQ model gave other scores (an SSD's BCCD test mAP 0.33
+    instead of ONNX Runtime's 0.82; converted, 0.82).
     """
     ir = path.lower().endswith(IR_EXTENSION)
     missing = [p for p in ([path, weights_path(path)] if ir else [path]) if not os.path.isfile(p)]

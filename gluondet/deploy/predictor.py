@@ -34,9 +34,9 @@ Model sources (:meth:`Predictor.from_model`):
   the same stem beside it (``model.engine`` -> ``model.json``).
 
 ``gluondet export`` writes the ``-meta.json`` and engine ``.json`` files
-(:func:`~gluondet.deploy.sources.model_metadata`); without them ``classes`` and ``data_shape`` must be given (a
-fixed-size model is assumed). Metadata written before ``preprocessing`` was recorded
-(SSD: ``data_shape``, ``mean``, ``std``) reads as the fixed size it describes.
+(:func:`~gluondet.deploy.sources.model_metadata`); without them ``classes`` and ``data_shape``
+must be given (a fixed-size model is assumed). Metadata written before ``preprocessing`` was
+recorded (SSD: ``data_shape``, ``mean``, ``std``) reads as the fixed size it describes.
 """
 import collections
 import logging

@@ -8,7 +8,8 @@ from mxnet.gluon.parameter import DeferredInitializationError
 
 from ..files import atomic_save_all, save_ndarrays, writer
 
-__all__ = ['check_float32_process', 'export_symbol', 'ssd_body', 'rcnn_body', 'RCNNBody', 'input_shape']
+__all__ = ['check_float32_process', 'export_symbol', 'ssd_body', 'rcnn_body', 'RCNNBody',
+           'input_shape']
 
 
 def input_shape(data_shape, batch_size=1):

@@ -59,7 +59,7 @@ class CurvesHook(HookBase):
         except ImportError as err:
             self._off = True
             self.reporter.info('warning: %s not drawn: %s' % (self.path, err))
-        except Exception as err:    # noqa: BLE001: a picture must never stop training
+        except Exception as err:    # a picture must never stop training
             if not self._warned:
                 self.reporter.info('warning: %s not drawn: %s: %s'
                                    % (self.path, type(err).__name__, err))

@@ -1,8 +1,8 @@
 """Engine checks any task can reuse in its tests: interrupt a run, resume it, compare.
 
 `check_resume` is issue 3's resume test for a task: train N epochs straight;
-train the first epoch (of the same N-epoch config), start the rest in a child process, stop that child in the
-middle of epoch 2 (``kill -9``, SIGTERM or SIGINT), resume to the end; the
+train the first epoch (of the same N-epoch config), start the rest in a child process,
+stop that child in the middle of epoch 2 (``kill -9``, SIGTERM or SIGINT), resume to the end; the
 final parameters and optimizer states must equal the straight run's.
 """
 import dataclasses

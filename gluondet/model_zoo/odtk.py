@@ -34,7 +34,6 @@ import re
 
 import numpy as np
 import mxnet as mx
-from mxnet.gluon import nn
 
 from ..nn import FPN, grid_anchors
 from .backbones import ResNetV1b

@@ -134,8 +134,8 @@ class RetinaNet(SingleStageDetector):
                  scales=(1, 2 ** (1 / 3), 2 ** (2 / 3)), anchor_base=4, head_channels=256,
                  head_layers=4, head_init='normal', head_norm=None, prior=0.01, short=800,
                  max_size=1333,
-                 stds=(1., 1., 1., 1.), score_thresh=0.05, nms_thresh=0.5, nms_topk=1000, post_nms=100,
-                 alloc_size=(256, 256), **kwargs):
+                 stds=(1., 1., 1., 1.), score_thresh=0.05, nms_thresh=0.5, nms_topk=1000,
+                 post_nms=100, alloc_size=(256, 256), **kwargs):
         super().__init__(classes, **kwargs)
         if head_init not in ('normal', 'msra'):
             raise ValueError("head_init must be 'normal' or 'msra', got %r" % (head_init,))

@@ -22,7 +22,8 @@ def pairwise_iou(F, a, b):
 
 
 def batch_take(F, data, index):
-    """``data[b, index[b, k]]`` for every image ``b``: ``B x N x ...`` by ``B x K`` -> ``B x K x ...``."""
+    """``data[b, index[b, k]]`` for every image ``b``: ``B x N x ...`` by ``B x K`` gives
+    ``B x K x ...``."""
     batch = F.broadcast_like(F.contrib.arange_like(index, axis=0).reshape((-1, 1)), index)
     return F.gather_nd(data, F.stack(batch, F.cast(index, 'float32')))
 

@@ -330,7 +330,7 @@ def _settle(result):
     """A layer applied to several tensors joins their groups (one slicing fits all)."""
     groups = result.groups
     for table in (result.followers, result.consumers):
-        for path, uses in table.items():
+        for uses in table.values():
             values = [u[0] if isinstance(u, tuple) else u for u in uses]
             if len(set(values)) > 1:
                 groups.union(values)
@@ -551,7 +551,7 @@ def count_macs(net, data_shape):
     inference graph at ``data_shape`` (a dense layer over R regions counts R times)."""
     graph = trace_channels(net, data_shape)
     owner = {}
-    for path, block in graph.blocks.items():
+    for block in graph.blocks.values():
         if isinstance(block, (nn.Conv2D, nn.Dense)):
             owner[block.weight.name] = block
     total = 0

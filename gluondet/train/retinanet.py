@@ -1,5 +1,5 @@
-"""``train_retinanet.py``: train RetinaNet (the dataset and schedule flags of gluondet's train_ssd.py, the resizing
-and loss flags of NVIDIA's ODTK and TAO RetinaNet).
+"""``train_retinanet.py``: train RetinaNet (the dataset and schedule flags of gluondet's
+train_ssd.py, the resizing and loss flags of NVIDIA's ODTK and TAO RetinaNet).
 
 Per-dataset defaults (``DATASET_DEFAULTS``) fill only the flags left unset and are
 printed in the log.
