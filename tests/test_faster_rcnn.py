@@ -195,6 +195,40 @@ def test_sparse_roi_align_equals_mxnets_on_one_map():
     assert np.abs(results[0][1]).sum() > 0
 
 
+@pytest.mark.parametrize('sparse', [False, True])
+@pytest.mark.parametrize('strides', [(8,), (4, 8, 16, 32)])
+def test_non_finite_rois_never_reach_roi_align_in_training(sparse, strides):
+    """NaN and infinite coordinates (a diverging RPN) make MXNet's ROI Align read out of
+    bounds: in training such a row pools -inf instead, so the loss is non-finite and the
+    engine stops; the finite rows and their gradients are what they were."""
+    rng = np.random.RandomState(2)
+    maps = [mx.nd.array(rng.normal(size=(2, 3, 64 // s, 80 // s))) for s in strides]
+    rois = np.array([[0, 4, 4, 60, 50], [1, np.nan, 2, 30, 30], [0, 2, 2, np.inf, 40],
+                     [np.nan] * 5, [1, 10, 8, 200, 150], [0, -np.inf, 0, 9, 9]], np.float32)
+    finite = np.isfinite(rois).all(axis=1)
+    block = ROIExtractor((2, 2), strides)
+    block.sparse_backward = sparse
+    block.hybridize()
+    for m in maps:
+        m.attach_grad()
+    with autograd.record():
+        pooled = block(mx.nd.array(rois), *maps)
+        pooled[np.nonzero(finite)[0]].sum().backward()
+    out = pooled.asnumpy()
+    assert np.isneginf(out[~finite]).all() and np.isfinite(out[finite]).all()
+    reference = ROIExtractor((2, 2), strides)
+    copies = [m.copy() for m in maps]
+    for m in copies:
+        m.attach_grad()
+    with autograd.record():
+        expected = reference(mx.nd.array(rois[finite]), *copies)
+        expected.sum().backward()
+    np.testing.assert_allclose(out[finite], expected.asnumpy(), rtol=1e-6)
+    for got, want in zip(maps, copies):
+        np.testing.assert_allclose(got.grad.asnumpy(), want.grad.asnumpy(), rtol=1e-4,
+                                   atol=1e-6)
+
+
 def _anchors():
     net = get_model('faster_rcnn_resnet18_v1b_custom', classes=['a'], pretrained_base=False)
     net.anchor_generators.initialize()

@@ -3,7 +3,7 @@ from mxnet import autograd, gluon
 
 from .roi_align import SPARSE_ROI_ALIGN
 
-__all__ = ['ROIExtractor', 'fpn_levels', 'roi_rows']
+__all__ = ['ROIExtractor', 'fpn_levels', 'roi_rows', 'finite_rois']
 
 
 def roi_rows(F, boxes):
@@ -24,6 +24,19 @@ def fpn_levels(F, rois, min_level, max_level, canonical_size=224.0, canonical_le
     size = F.sqrt((xmax - xmin + 1) * (ymax - ymin + 1))
     level = F.floor(canonical_level + F.log2(size / canonical_size + eps))
     return F.clip(level, min_level, max_level).reshape((-1,))
+
+
+def finite_rois(F, rois):
+    """``(rois, penalty)``: the ``R x 5`` rows with each non-finite row made a zero box of
+    image 0, and ``R`` values, 0 where a row was finite and -inf where not.
+
+    MXNet's ROI Align reads memory out of bounds at a NaN or infinite coordinate (a
+    segmentation fault); pooling the zero box instead and adding the penalty to that row's
+    features lets the losses become non-finite, and training stop there with its one line.
+    """
+    finite = F.min((rois - rois) == 0, axis=1)              # inf - inf and NaN are NaN
+    rois = F.where(F.broadcast_like(finite.reshape((-1, 1)), rois), rois, F.zeros_like(rois))
+    return rois, F.log(finite)
 
 
 class ROIExtractor(gluon.HybridBlock):
@@ -53,7 +66,8 @@ class ROIExtractor(gluon.HybridBlock):
     graph is built, as :class:`~gluondet.tasks.FasterRCNNTask` does on CPU contexts).
 
     Inputs: ``rois`` ``R x 5`` ``(batch index, xmin, ymin, xmax, ymax)`` in input
-    pixels, then the maps. Output ``R x C x size``.
+    pixels, then the maps. Output ``R x C x size``. In training a ROI with a NaN or infinite
+    coordinate pools features of -inf (:func:`finite_rois`), never reaching ROI Align.
     """
 
     def __init__(self, size, strides, mode='align', min_level=2, **kwargs):
@@ -77,6 +91,12 @@ class ROIExtractor(gluon.HybridBlock):
                                   sample_ratio=self.sample_ratio)
 
     def hybrid_forward(self, F, rois, *maps):
+        if not autograd.is_training():
+            return self._pool_levels(F, rois, maps)
+        rois, penalty = finite_rois(F, rois)
+        return F.broadcast_add(self._pool_levels(F, rois, maps), penalty.reshape((-1, 1, 1, 1)))
+
+    def _pool_levels(self, F, rois, maps):
         if len(maps) == 1:
             return self._pool(F, maps[0], rois, self.strides[0])
         levels = fpn_levels(F, rois, self.min_level, self.min_level + len(maps) - 1)
