@@ -9,11 +9,17 @@
 # 0.488, 0.638, 0.798, 0.814, 0.828 after 10 to 50 epochs. The first version of the network
 # (cut at stride 32, three deconvolutions) gave 0.621 in 38.8 CPU minutes: it found few
 # platelets (12 px at 384, AP 0.231).
-# Usage: bash model_zoo/bccd_center_net.sh [save-prefix]    (run from the repository root)
+# Usage: [BCCD=folder] bash model_zoo/bccd_center_net.sh [save-prefix]
+# gluondet: the .venv of the checkout holding this file, if it has one, else the one on
+# PATH (an activated venv with the wheel installed). Relative paths are the working
+# directory's, as the default BCCD=../shared/datasets/bccd/BCCD.
 set -e
+VENV="$(dirname "$0")/../.venv/bin"
+if [ -x "$VENV/gluondet" ]; then PATH="$VENV:$PATH"; fi
 PREFIX=${1:-runs/bccd/}
-.venv/bin/python scripts/train_center_net.py --network mobilenet0.5 --data-shape 384 \
-  --dataset voc --dataset-root ../shared/datasets/bccd/BCCD --classes RBC,WBC,Platelets \
+BCCD=${BCCD:-../shared/datasets/bccd/BCCD}
+gluondet train center_net --network mobilenet0.5 --data-shape 384 \
+  --dataset voc --dataset-root "$BCCD" --classes RBC,WBC,Platelets \
   --train-split trainval --val-split test --no-pretrained-base --gpus '' -j 0 \
   --batch-size 8 --epochs 60 --lr 0.004 --lr-mode cosine --warmup-epochs 2 --wd 1e-4 \
   --val-interval 10 --save-interval 0 --log-interval 10 --seed 1 --save-prefix "$PREFIX"

@@ -5,12 +5,17 @@
 # a card is 50 to 145 px wide, within the zoo's anchors (32 to 512 px). 12 epochs of 2 minutes
 # on one core: test mAP 0.242, 0.467, 0.575, 0.595 after epochs 3, 6, 9, 12.
 # Usage: bash model_zoo/cards_faster_rcnn.sh [save-prefix [cards-images-folder [more flags]]]
-#   (from the repository root; more flags go after the recipe's, and the last of a flag wins)
+#   (more flags go after the recipe's, and the last of a flag wins)
+# gluondet: the .venv of the checkout holding this file, if it has one, else the one on
+# PATH (an activated venv with the wheel installed). Relative paths are the working
+# directory's.
 set -e
+VENV="$(dirname "$0")/../.venv/bin"
+if [ -x "$VENV/gluondet" ]; then PATH="$VENV:$PATH"; fi
 PREFIX=${1:-runs/cards/}
 CARDS=${2:-../shared/datasets/cards/images}
 if [ $# -ge 2 ]; then shift 2; else set --; fi
-.venv/bin/python scripts/train_faster_rcnn.py --network resnet18_v1b --use-fpn \
+gluondet train faster_rcnn --network resnet18_v1b --use-fpn \
   --dataset voc --dataset-root "$CARDS" --classes nine,ten,jack,queen,king,ace \
   --train-split train --val-split test --no-pretrained-base --gpus '' -j 0 \
   --batch-size 4 --epochs 12 --lr 0.02 --lr-mode cosine --lr-warmup 100 --wd 1e-4 \

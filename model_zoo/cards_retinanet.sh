@@ -8,12 +8,17 @@
 # within the paper's anchors (32 to 813 px); 320 px costs 60% more an epoch and gave 0.464
 # after 8 epochs. 12 epochs of about 80 s on one core.
 # Usage: bash model_zoo/cards_retinanet.sh [save-prefix [cards-images-folder [more flags]]]
-#   (from the repository root; more flags go after the recipe's, and the last of a flag wins)
+#   (more flags go after the recipe's, and the last of a flag wins)
+# gluondet: the .venv of the checkout holding this file, if it has one, else the one on
+# PATH (an activated venv with the wheel installed). Relative paths are the working
+# directory's.
 set -e
+VENV="$(dirname "$0")/../.venv/bin"
+if [ -x "$VENV/gluondet" ]; then PATH="$VENV:$PATH"; fi
 PREFIX=${1:-runs/cards/}
 CARDS=${2:-../shared/datasets/cards/images}
 if [ $# -ge 2 ]; then shift 2; else set --; fi
-.venv/bin/python scripts/train_retinanet.py --network resnet18_v1b \
+gluondet train retinanet --network resnet18_v1b \
   --dataset voc --dataset-root "$CARDS" --classes nine,ten,jack,queen,king,ace \
   --train-split train --val-split test --no-pretrained-base --gpus '' -j 0 \
   --batch-size 4 --epochs 12 --lr 0.02 --lr-mode cosine --lr-warmup 100 --wd 1e-4 \

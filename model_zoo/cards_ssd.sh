@@ -5,12 +5,17 @@
 # tenth epoch); 100 epochs of 13 s (on one idle core) because SSD from scratch, with its zoom
 # and crop augmentation, learns slowly: test mAP 0.30 after 60 epochs, 0.40 after 100.
 # Usage: bash model_zoo/cards_ssd.sh [save-prefix [cards-images-folder [more flags]]]
-#   (from the repository root; more flags go after the recipe's, and the last of a flag wins)
+#   (more flags go after the recipe's, and the last of a flag wins)
+# gluondet: the .venv of the checkout holding this file, if it has one, else the one on
+# PATH (an activated venv with the wheel installed). Relative paths are the working
+# directory's.
 set -e
+VENV="$(dirname "$0")/../.venv/bin"
+if [ -x "$VENV/gluondet" ]; then PATH="$VENV:$PATH"; fi
 PREFIX=${1:-runs/cards/}
 CARDS=${2:-../shared/datasets/cards/images}
 if [ $# -ge 2 ]; then shift 2; else set --; fi
-.venv/bin/python scripts/train_ssd.py --network mobilenet0.5 --data-shape 256 \
+gluondet train ssd --network mobilenet0.5 --data-shape 256 \
   --dataset voc --dataset-root "$CARDS" --classes nine,ten,jack,queen,king,ace \
   --train-split train --val-split test --no-pretrained-base --gpus '' -j 0 \
   --batch-size 8 --epochs 100 --lr 0.01 --lr-mode cosine --lr-warmup 2 \

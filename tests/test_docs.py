@@ -22,7 +22,7 @@ DOCS = os.path.join(ROOT, 'docs')
 # Pages whose commands are checked: all but the generated ones and benchmarks.md (its
 # commands run benchmark scripts, not the parsers checked here).
 UNCHECKED = set(docgen.PAGES) | {'benchmarks.md'}
-SCRIPT = re.compile(r'(?:^|/)train_(ssd|faster_rcnn|retinanet)\.py$')
+SCRIPT = re.compile(r'(?:^|/)train_(%s)\.py$' % '|'.join(detectors.names()))
 
 
 @pytest.fixture(scope='module')
@@ -130,12 +130,15 @@ def _commands(path):
 
 
 def _parse(parser, argv, where):
-    err = io.StringIO()
+    """The parsed ``argv``, or None for one that exits well (``--version``)."""
+    err, out = io.StringIO(), io.StringIO()
     try:
-        with contextlib.redirect_stderr(err):
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
             return parser.parse_args(argv)
-    except SystemExit:
-        pytest.fail('%s: %s' % (where, err.getvalue().strip().splitlines()[-1]))
+    except SystemExit as done:
+        if done.code:
+            pytest.fail('%s: %s' % (where, err.getvalue().strip().splitlines()[-1]))
+        return None
 
 
 def _check_command(argv, where, gluondet_parser):
@@ -147,8 +150,16 @@ def _check_command(argv, where, gluondet_parser):
             return True
         if arg == 'gluondet' or (arg == '-m' and argv[i + 1:i + 2] == ['gluondet']):
             rest = argv[i + 1:] if arg == 'gluondet' else argv[i + 2:]
+            if rest[:1] == ['train'] and rest[1:2] and not rest[1].startswith('-'):
+                # gluondet train DETECTOR: that detector's command (a name or an alias)
+                try:
+                    detector = detectors.get(rest[1]).name
+                except ValueError as err:
+                    pytest.fail('%s: %s' % (where, err))
+                _parse(docgen.script_parser(detector), rest[2:], where)
+                return True
             args = _parse(gluondet_parser, rest, where)
-            if args.command == 'launch' and '--' in rest:
+            if args is not None and args.command == 'launch' and '--' in rest:
                 _check_command(rest[rest.index('--') + 1:], where, gluondet_parser)
             return True
         if arg == '-m' and argv[i + 1:i + 2] == ['gluondet.docgen']:

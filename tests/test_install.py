@@ -2,10 +2,12 @@
 build's libraries from NVIDIA's wheels, and says what is wrong with an install. What the
 README promises on a CPU (ONNX export, onnxruntime, plots) comes with every install; the heavy
 or GPU-only parts are extras, which a missing one's error names (gluondet/optional.py)."""
+import glob
 import json
 import os
 import re
 import runpy
+import shlex
 import shutil
 import subprocess
 import sys
@@ -18,6 +20,7 @@ from packaging.requirements import Requirement
 from gluondet import _mxnet, optional
 from test_deploy_predictor import (NETWORK, SMALL_SPLIT, SMALL_SPLIT_SIZE,  # noqa: F401
                                    small_bccd, trained_model)
+from test_recipes import check_recipes
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -385,26 +388,72 @@ def _succeed(command, **kwargs):
     return done.stdout
 
 
+# --- docs/install.md's wheel, installed as the page says ---
+
+INSTALL_PAGE = os.path.join(ROOT, 'docs', 'install.md')
+WHEEL = 'gluondet-%s-py3-none-any.whl' % setup_kwargs()['version']
+
+
+def wheel_section():
+    """docs/install.md's section "The wheel": ``(its text, [its shell blocks])``."""
+    with open(INSTALL_PAGE, encoding='utf-8') as f:
+        page = f.read()
+    section = page.split('\n## The wheel\n', 1)[1].split('\n## ', 1)[0]
+    return section, re.findall(r'^```\n(.*?)^```$', section, re.M | re.S)
+
+
+def test_the_docs_install_the_wheel_this_checkout_builds():
+    """The wheel section has the two blocks `installed` runs, the first building the wheel
+    that the second and the GPU line install, and the pages name that wheel."""
+    section, blocks = wheel_section()
+    assert len(blocks) == 2, blocks
+    assert 'pip wheel' in blocks[0] and 'cp constraints.txt constraints-cu112.txt dist/' in \
+        blocks[0]
+    assert "'dist/%s[cpu]' -c dist/constraints.txt" % WHEEL in blocks[1]
+    assert "'dist/%s[cu112]' -c dist/constraints-cu112.txt" % WHEEL in ' '.join(
+        section.split())
+    for path in glob.glob(os.path.join(ROOT, 'docs', '*.md')) + [os.path.join(ROOT, 'README.md')]:
+        with open(path, encoding='utf-8') as f:
+            for found in re.findall(r'gluondet-[^\s/\[\]\'`]*\.whl', f.read()):
+                assert found == WHEEL, (path, found)
+
+
+@pytest.fixture(scope='module')
+def installed(tmp_path_factory):
+    """docs/install.md's wheel section run as written: its first block in a copy of the
+    checkout (with a pip on PATH), its second in a fresh folder holding a copy of the first's
+    ``dist/``; ``(that folder, its venv, the environment)``."""
+    top = tmp_path_factory.mktemp('installed')
+    checkout, outside = _project(top, package=True), top / 'outside'
+    for name in ('constraints.txt', 'constraints-cu112.txt'):
+        shutil.copy(os.path.join(ROOT, name), str(checkout / name))
+    build, install = wheel_section()[1]
+    env = {k: v for k, v in os.environ.items() if k not in ('PYTHONPATH', 'VIRTUAL_ENV')}
+    env['PATH'] = os.path.dirname(sys.executable) + os.pathsep + env['PATH']
+    _succeed(['bash', '-e', '-c', build], cwd=str(checkout), env=env)
+    outside.mkdir()
+    shutil.copytree(str(checkout / 'dist'), str(outside / 'dist'))
+    printed = _succeed(['bash', '-e', '-c', install], cwd=str(outside), env=env)
+    from gluondet.version import __version__
+    assert printed.strip().splitlines()[-1] == 'gluondet ' + __version__
+    venv = outside / 'venv'
+    env['PATH'] = str(venv / 'bin') + os.pathsep + env['PATH']     # as activated
+    return outside, venv, env
+
+
 @pytest.mark.slow
-def test_cpu_install_exports_infers_and_draws(trained_model, bccd_root, tmp_path):
-    """docs/install.md's ``pip install 'gluondet[cpu]'`` of this checkout's wheel, with the
-    pins, into a fresh venv; there, from a folder outside the checkout, what the README
-    promises on a CPU: train (``gluondet train ssd``, ``gluondet train -e SPEC``: the
-    training commands are in the package), export a zoo SSD to ONNX, infer and evaluate
-    with ONNX Runtime, draw the evaluation's pictures."""
+def test_cpu_install_exports_infers_and_draws(installed, trained_model, bccd_root):
+    """docs/install.md's wheel of this checkout, installed with the pins into a fresh venv
+    as the page says; there, from the folder outside the checkout, what the README promises
+    on a CPU: train (``gluondet train ssd``, ``gluondet train -e SPEC``: the training
+    commands are in the package), export a zoo SSD to ONNX, infer and evaluate with ONNX
+    Runtime, draw the evaluation's pictures."""
     import onnx
     from gluondet.deploy.commands import evaluate_model
-    wheels, venv, outside = tmp_path / 'wheels', tmp_path / 'venv', tmp_path / 'outside'
-    _succeed([sys.executable, '-m', 'pip', 'wheel', '--no-deps', '--no-build-isolation', '-q',
-              '--disable-pip-version-check', '-w', str(wheels), str(_project(tmp_path, True))])
-    (wheel,) = os.listdir(str(wheels))
-    _succeed([sys.executable, '-m', 'venv', str(venv)])
+    outside, venv, env = installed
     python, gluondet = str(venv / 'bin' / 'python'), str(venv / 'bin' / 'gluondet')
-    _succeed([python, '-m', 'pip', 'install', '-q', '--disable-pip-version-check', '-c',
-              os.path.join(ROOT, 'constraints.txt'), '%s[cpu]' % (wheels / wheel)])
-    _succeed([python, '-m', 'pip', 'check'])
-    outside.mkdir()
-    env = {k: v for k, v in os.environ.items() if k != 'PYTHONPATH'}
+    _succeed([python, '-m', 'pip', 'check'], env=env)
+    env = dict(env)
 
     def command(*args):
         return _succeed([gluondet] + list(args), cwd=str(outside), env=env)
@@ -455,6 +504,29 @@ def test_cpu_install_exports_infers_and_draws(trained_model, bccd_root, tmp_path
     for name in ('pr_curves.png', 'confusion_matrix.png', 'ap_per_class.png'):
         with open(str(outside / 'plots' / name), 'rb') as f:
             assert f.read(8) == b'\x89PNG\r\n\x1a\n', name
+
+
+@pytest.mark.slow
+def test_the_gpu_line_finds_its_wheel_and_pins(installed):
+    """The page's GPU line, in the same folder: its wheel and constraints-cu112.txt (which
+    reads constraints.txt beside it) resolve, with everything installed already; the cu112
+    extra is left out (its CUDA wheels: `test_gpu_pins_resolve_from_pypi`)."""
+    outside, _, env = installed
+    line = re.search(r"`(pip install '[^`]*\[cu112\]' -c [^`]*)`",
+                     ' '.join(wheel_section()[0].split())).group(1)
+    argv = shlex.split(line.replace('[cu112]', ''))
+    printed = _succeed(argv[:2] + ['--dry-run'] + argv[2:], cwd=str(outside), env=env)
+    would = ' '.join(re.findall(r'^Would install (.*)$', printed, re.M)).split()
+    assert all(name.startswith('gluondet-') for name in would), printed     # the pins agree
+
+
+@pytest.mark.slow
+def test_the_recipes_parse_with_the_installed_package(installed, tmp_path):
+    """Every model_zoo/*.sh, copied outside the checkout, runs a ``gluondet train`` that the
+    wheel's gluondet parses (tests/test_recipes.py)."""
+    _, venv, _ = installed
+    source = check_recipes(str(venv / 'bin' / 'python'), tmp_path)
+    assert source.startswith(str(venv)), source
 
 
 def _pypi_reachable():

@@ -15,8 +15,8 @@ type and choices, writes the resolved spec (every flag's final value) to
 a spec trains exactly as the equivalent command does. A TAO spec (any other extension,
 protobuf text) is first mapped onto the RetinaNet keys by `gluondet.tools.tao`.
 
-The scripts are read from the source tree beside the package (``pip install -e .``, the
-one install gluondet documents); nothing imports them at module level.
+The training commands are the detector table's entry modules (`gluondet.detectors`), in the
+package: a spec trains from an installed wheel as from a checkout.
 """
 import argparse
 import difflib
@@ -290,7 +290,7 @@ def prepare(spec_path, results_dir, overrides=(), gpus=None, gpu_index=None, amp
     Returns
     -------
     script : module
-        ``scripts/train_{detector}.py``.
+        The detector's training command (`load_script`: ``build_parser``, ``main``).
     argv : list of str
         Its command line.
 

@@ -174,9 +174,9 @@ def add_training_args(parser, warmup_unit='epochs', batch_per_device=0, mixup=Fa
     add('--no-pretrained-base', dest='pretrained_base', action='store_false',
         help='train the backbone from scratch (no ImageNet weights)')
     add('--horovod', action='store_true',
-        help='one process of a horovodrun job: horovodrun -np 2 python %s --horovod ... '
+        help='one process of a horovodrun job: horovodrun -np 2 %s%%(prog)s --horovod ... '
              '(pass --backbone, not --network, under horovodrun; see docs/distributed.md)'
-             % os.path.basename(sys.argv[0]))
+             % ('python ' if sys.argv[0].endswith('.py') else ''))
     add('--kv-store', choices=KV_STORES,
         help="how gradients are summed: over one process's GPUs device, local or nccl (CPU: "
              'device); over the workers of a parameter server started by gluondet launch '
