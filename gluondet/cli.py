@@ -39,12 +39,14 @@ def _detector_name(text):
 
 def _demo(args):
     from . import demo
+    from .engine import wording
     detector = detectors.get(args.detector)
     for flag in ('amp', 'dali'):
         if getattr(args, flag) and flag not in detector.features:
             raise UserError('--%s: %s does not train with it' % (flag, detector.display))
-    demo.run_demo(args.output, args.detector, epochs=args.epochs, seed=args.seed,
-                  amp=args.amp, dali=args.dali)
+    with wording.speaking(None):    # no resume, learning rate or clipping flags to offer
+        demo.run_demo(args.output, args.detector, epochs=args.epochs, seed=args.seed,
+                      amp=args.amp, dali=args.dali)
     return 0
 
 

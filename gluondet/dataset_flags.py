@@ -58,7 +58,9 @@ def add_dataset_args(parser, roles=ROLES, dataset='voc', classes=True):
              "and label_2; the default is GluonCV's (voc/VOC2007, coco/annotations in it)")
     if classes:
         add('--classes', default='',
-            help="comma-separated class names of custom data (default: the data's own)")
+            help="comma-separated class names of custom data (default: the data's own: in a "
+                 "VOC or LabelImg folder the names its annotations write, sorted; in a "
+                 "VOCdevkit VOC's 20; a COCO json's categories; KITTI's types)")
     add('--class-mapping', type=class_mapping,
         help='KITTI types to classes, many to one, e.g. car=car,van=car,pedestrian=person '
              "(TAO's target_class_mapping; other types are dropped)")

@@ -28,6 +28,7 @@ from .data.base import read_image
 from .deploy.predictor import Predictor
 from .deploy.sources import source_kind
 from .metadata import read_json
+from .model_zoo import get_model_info
 from .visualize import draw_boxes, save_image
 
 __all__ = ['Detector', 'Results']
@@ -142,6 +143,14 @@ class Detector:
         Class names where the model does not record them (and of a ``*_custom`` zoo name).
     data_shape : int or (int, int), optional
         Input size of a fixed-size model (SSD, YOLOv3).
+
+    Raises
+    ------
+    OSError
+        The model file or ``params`` is missing (FileNotFoundError) or cannot be read, in one
+        line naming it.
+    ValueError
+        ``model`` is neither a file nor a zoo name.
     """
 
     def __init__(self, model, backend=None, params=None, pretrained=False, classes=None,
@@ -153,7 +162,9 @@ class Detector:
         self.classes = None if classes is None else tuple(classes)
         self.data_shape = data_shape
         self.data = None        # the data flags of the last train(), for val()
+        self._unwritten = None  # the best .params the last train() did not write
         self._predictors = {}
+        _check_model(self.model, params)
 
     def __repr__(self):
         return 'Detector(%r)' % self.model
@@ -195,6 +206,7 @@ class Detector:
             The last validation's metrics (``mAP``, ``AP/<class>``), empty without one.
         """
         from . import detectors
+        from .engine import wording
         from .tools.spec import Schema, read_spec, detector_of
         network = self.network()
         row = detectors.of_network(network)
@@ -224,10 +236,12 @@ class Detector:
             schema.normalize(values, 'Detector.train'), 'Detector.train')
         if save_prefix and os.path.dirname(save_prefix):
             os.makedirs(os.path.dirname(save_prefix), exist_ok=True)
-        result = module.main(argv)
+        with wording.speaking(wording.keyword):     # messages name this method's keywords
+            result = module.main(argv)
         name = module.network_name(module.parse_args(argv))
         best = save_prefix + name + '_best.params'
-        if os.path.isfile(best):
+        self._unwritten = None if os.path.isfile(best) else best
+        if not self._unwritten:
             self.model, self.params, self.pretrained = best, None, False
             self._predictors.clear()
         self.data = {k: v for k, v in schema.normalize(values, 'Detector.train').items()
@@ -260,6 +274,7 @@ class Detector:
         if data is None and self.data is None:
             raise ValueError('val: give data (a dataset folder, "demo" or dataset flags): this '
                              'Detector has not trained')
+        self._check_weights('val')
         flags = data_flags(data) if data is not None else self.data
         kwargs = dict(dataset=flags.get('dataset', 'voc'), dataset_root=flags.get('dataset_root'),
                       split=split or flags.get('val_split'),
@@ -272,6 +287,18 @@ class Detector:
                               classes=self.classes, batch_size=batch_size, progress=False,
                               **dict(kwargs, **options))
 
+    def _check_weights(self, action):
+        """ValueError saying what ``action`` needs if the model is a zoo name without weights."""
+        if (self.params is not None or self.pretrained or source_kind(self.model) != 'zoo'
+                or self.model.lower().endswith('.params')):
+            return
+        why = ('its train() wrote no %s (no validation scored a finite metric: see %s_train.log)'
+               % (self._unwritten, self._unwritten[:-len('_best.params')])
+               if self._unwritten else 'a zoo name alone is untrained')
+        raise ValueError("%s: %s has no weights: %s. It needs trained weights: a training output "
+                         "(Detector('PREFIX_best.params')), params= or pretrained=True"
+                         % (action, self, why))
+
     # ------------------------------------------------------------ predict
 
     def predictor(self, nms=None):
@@ -279,6 +306,7 @@ class Detector:
         (an :class:`~gluondet.deploy.nms.NMSOptions`; made once per options)."""
         key = repr(nms)
         if key not in self._predictors:
+            self._check_weights('predict')
             self._predictors[key] = Predictor.from_model(
                 self.model, self.backend, self.params, self.pretrained, self.data_shape,
                 self.classes, nms=nms)
@@ -380,6 +408,7 @@ class Detector:
         """
         from .deploy.commands import export_model
         self.network()      # exported models export no further
+        self._check_weights('export')
         if output is None:
             stem = (os.path.splitext(self.model)[0] if self.model.lower().endswith('.params')
                     else self.model)
@@ -412,3 +441,29 @@ def data_flags(data):
     if glob.glob(os.path.join(data, 'annotations', '*.json')):
         return {'dataset': 'coco', 'dataset_root': data}
     return {'dataset': 'voc', 'dataset_root': data}
+
+
+def _check_model(model, params):
+    """Raise, in one line naming it, if the file of ``model`` or ``params`` is missing or cannot
+    be read, or ``model`` names no file and no zoo network."""
+    kind = source_kind(model)
+    if kind == 'zoo' and not model.lower().endswith('.params'):
+        try:
+            get_model_info(model)
+        except ValueError as err:       # an unknown name, with suggestions
+            raise ValueError('Detector: %s is no model file and an %s' % (model, err)) from None
+    elif kind != 'symbol':              # a symbol PREFIX was recognized by its file
+        _check_readable(model)
+    if params is not None:
+        _check_readable(params)
+
+
+def _check_readable(path):
+    """FileNotFoundError or another OSError, one line naming ``path``, if it cannot be read."""
+    try:
+        with open(path, 'rb'):
+            pass
+    except FileNotFoundError:
+        raise FileNotFoundError('Detector: no such file: %s' % path) from None
+    except OSError as err:
+        raise type(err)('Detector: %s cannot be read (%s)' % (path, err.strerror)) from None

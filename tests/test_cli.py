@@ -1,7 +1,11 @@
 """The command line: python -m gluondet and the gluondet console script."""
 import os
+import re
+import signal
 import subprocess
 import sys
+
+import pytest
 
 import gluondet
 
@@ -42,3 +46,24 @@ def test_help_imports_no_mxnet():
     out = run(sys.executable, '-c', code)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().splitlines()[-1] == '[]'
+
+
+def test_a_stopped_demo_names_its_checkpoint_and_no_flag_it_lacks(tmp_path, monkeypatch):
+    """``gluondet demo`` has no --resume (nor --lr ...): its stop message offers none."""
+    from gluondet import cli, demo
+    from gluondet.data import DemoDetection
+    from gluondet.engine import HookBase, TrainingInterrupted, fit
+
+    class Stop(HookBase):
+        def after_step(self):
+            os.kill(os.getpid(), signal.SIGTERM)
+    monkeypatch.setattr(demo, 'DemoDetection', lambda split, num, **kw: DemoDetection(
+        split, 8, **kw))
+    monkeypatch.setattr(demo, 'fit', lambda task, config: fit(task, config, hooks=[Stop()]))
+    with pytest.raises(TrainingInterrupted) as stopped:
+        cli.main(['demo', '--output', str(tmp_path)])
+    last = tmp_path / 'ssd_160_mobilenet0.5_custom_last.json'
+    assert last.is_file()
+    assert re.fullmatch(r'SIGTERM: stopped at epoch \d+, batch \d+, iteration \d+; checkpoint '
+                        r'%s\. This command does not resume: run again, it starts over\.'
+                        % re.escape(str(last)), str(stopped.value)), str(stopped.value)

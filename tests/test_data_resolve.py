@@ -5,6 +5,7 @@ GluonCV's own folders under its default root (``~/.mxnet/datasets/voc/VOC2007``,
 of both command lines.
 """
 import json
+import re
 import os
 import subprocess
 import sys
@@ -205,3 +206,119 @@ def test_train_ssd_reports_bad_data_in_one_line(argv, message):
     assert out.returncode == (2 if 'argument' in message else 1)
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith('train_ssd.py: error: ' + message), out.stderr
+
+
+# -- the classes of custom VOC data, and training data without a box ------------------------
+
+def _objects_xml(name, classes):
+    """An image ``name``.jpg with one box of each of ``classes``."""
+    return ('<annotation><filename>%s.jpg</filename><size><width>64</width><height>48</height>'
+            '</size>%s</annotation>' % (name, ''.join(
+                '<object><name>%s</name><bndbox><xmin>5</xmin><ymin>6</ymin><xmax>30</xmax>'
+                '<ymax>40</ymax></bndbox></object>' % c for c in classes)))
+
+
+def test_without_classes_training_takes_the_names_of_its_annotations_validation_the_same(
+        tmp_path, caplog):
+    """A LabelImg folder: train/ names cat and dog, val/ only dog (alone it would be id 0)."""
+    for split, classes in (('train', ('dog', 'cat')), ('val', ('dog',))):
+        write(tmp_path / split / 'a.xml', _objects_xml('a', classes))
+        write(tmp_path / split / 'a.jpg', jpeg())
+    _, args = script_args('--dataset', 'voc', '--dataset-root', str(tmp_path))
+    with caplog.at_level('INFO', logger='gluondet.data'):
+        train, val = common.build_datasets(args)
+    assert train.classes == val.classes == ('cat', 'dog')
+    assert val.label(0)[:, 4].tolist() == [1]
+    found = [r.getMessage() for r in caplog.records if 'classes found' in r.getMessage()]
+    assert found == ['VOCDetection(%s, labelimg, train): classes found in its annotations: cat, '
+                     'dog (sorted; --classes sets them)' % tmp_path]
+
+
+def test_bccd_without_classes_trains_its_three_classes_on_a_custom_network(bccd_root,
+                                                                          gluoncv_home):
+    root = os.path.join(bccd_root, 'BCCD')
+    train_ssd, args = script_args('--dataset', 'voc', '--dataset-root', root)
+    train, val = common.build_datasets(args)
+    assert train.classes == val.classes == ('Platelets', 'RBC', 'WBC')
+    assert train.report.dropped == {'zero_area': 1} and train.report.boxes > 2000
+    assert train_ssd.network_name(args) == 'ssd_300_vgg16_atrous_custom'
+    # GluonCV's VOCdevkit keeps VOC's classes and network
+    _, args = script_args('--dataset', 'voc', '--dataset-root', gluoncv_home)
+    assert train_ssd.network_name(args) == 'ssd_300_vgg16_atrous_voc'
+
+
+def test_coco_of_its_own_categories_without_classes_trains_them_on_a_custom_network(
+        gluoncv_home, tmp_path):
+    """GluonCV's layout (ROOT/coco/annotations/...) of a json of dog and cat: its categories on
+    the *_custom network, as a VOC folder's names; a json of COCO's 80 keeps the *_coco one."""
+    from gluondet.cli import main
+    from gluondet.model_zoo import COCO_CLASSES
+    train_ssd, args = script_args('--dataset', 'coco', '--dataset-root', gluoncv_home)
+    assert train_ssd.network_name(args) == 'ssd_300_vgg16_atrous_custom'
+    train, val = common.build_datasets(args)
+    assert train.classes == val.classes == DOG
+    run = tmp_path / 'run'
+    assert main(['train', 'ssd', '--dataset', 'coco', '--network', 'mobilenet0.25', '--data-shape',
+                 '128', '--epochs', '1', '--batch-size', '2', '--no-pretrained-base', '--gpus', '',
+                 '-j', '0', '--save-prefix', str(run) + '/']) == 0
+    assert (run / 'ssd_300_mobilenet0.25_custom_best.params').is_file()
+    path = os.path.join(gluoncv_home, 'coco', 'annotations', 'instances_train2017.json')
+    with open(path) as f:
+        data = json.load(f)
+    data['categories'] = [{'id': i + 1, 'name': name} for i, name in enumerate(COCO_CLASSES)]
+    write(path, json.dumps(data))
+    assert train_ssd.network_name(args) == 'ssd_300_vgg16_atrous_coco'
+
+
+@pytest.fixture
+def bccd_devkit(bccd_root, tmp_path):
+    """BCCD as GluonCV's VOCdevkit (``VOC2007/``), whose classes are VOC's: no box of BCCD's."""
+    devkit = tmp_path / 'VOCdevkit'
+    devkit.mkdir()
+    os.symlink(os.path.join(bccd_root, 'BCCD'), str(devkit / 'VOC2007'))
+    return str(devkit)
+
+
+NO_BOX = (r'VOCdevkit, devkit, 2007train\): boxes: no box to train on \(205 images \(205 '
+          r'background images, without a box\), 0 boxes; dropped boxes: unknown_class 2805\); '
+          r'--classes names the classes to train \(the annotations name: Platelets, RBC, WBC\)$')
+
+
+def test_training_data_without_a_box_is_an_error_naming_what_was_dropped(bccd_devkit, tmp_path):
+    with pytest.raises(DatasetError, match=NO_BOX):
+        resolve_dataset('voc', bccd_devkit, '2007_train', train=True)
+    assert len(resolve_dataset('voc', bccd_devkit, '2007_train')) == 205   # not to train on
+    # boxes left out for a reason no flag undoes: the counts alone
+    write(tmp_path / 'flat' / 'a.xml', _objects_xml('a', ()).replace(
+        '</annotation>', '<object><name>dog</name><bndbox><xmin>5</xmin><ymin>6</ymin><xmax>5'
+        '</xmax><ymax>40</ymax></bndbox></object></annotation>'))
+    write(tmp_path / 'flat' / 'a.jpg', jpeg())
+    with pytest.raises(DatasetError, match=r'flat, labelimg, \.\): boxes: no box to train on '
+                                           r'\(1 images \(1 background images, without a box\), '
+                                           r'0 boxes; dropped boxes: zero_area 1\)$'):
+        resolve_dataset('voc', str(tmp_path / 'flat'), classes=('dog',), train=True,
+                        allow_missing_classes=True)
+
+
+def test_gluondet_train_on_data_without_a_box_is_one_line_before_training(bccd_devkit, tmp_path,
+                                                                          capsys):
+    from gluondet.cli import main
+    run = tmp_path / 'run'
+    code = main(['train', 'ssd', '--dataset', 'voc', '--dataset-root', bccd_devkit,
+                 '--train-split', '2007_train', '--gpus', '', '--save-prefix', str(run) + '/'])
+    err = capsys.readouterr().err
+    errors = [line for line in err.splitlines() if 'error' in line]
+    assert code == 1 and 'Traceback' not in err and len(errors) == 1, err
+    assert errors[0].startswith('gluondet train ssd: error: ') and re.search(NO_BOX, errors[0])
+    assert not os.listdir(str(run))        # nothing trained, nothing written
+
+
+def test_detector_train_on_data_without_a_box_raises_the_same_message(bccd_devkit, tmp_path):
+    from gluondet import Detector
+    from gluondet.errors import UserError
+    d = Detector('ssd_160_mobilenet0.5_custom')
+    with pytest.raises(UserError, match=r'^[^\n]*' + NO_BOX):
+        d.train(data={'dataset': 'voc', 'dataset_root': bccd_devkit,
+                      'train_split': '2007_train'}, gpus='', save_prefix=str(tmp_path) + '/')
+    with pytest.raises(ValueError, match='give data'):     # nothing trained
+        d.val()

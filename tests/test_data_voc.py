@@ -70,8 +70,26 @@ def test_image_without_objects_is_kept_with_empty_label(tmp_path):
     assert len(ds) == 2 and ds.label(0).shape == (0, 6) and ds.label(0).dtype == np.float32
 
 
-def test_default_classes_are_voc(tmp_path):
-    ds = build(tmp_path, {'a': good('a')}, classes=None)
+def test_without_classes_a_folder_has_the_names_its_annotations_write_sorted(tmp_path, caplog):
+    records = {'a': good('a', [('dog', (11, 21, 30, 40), 0), ('Cat', (2, 2, 9, 9), 0)]),
+               'b': good('b', [('cat', (2, 2, 9, 9), 0), ('bird', (2, 2, 9, 9), 0)])}
+    with caplog.at_level(logging.INFO, logger='gluondet.data'):
+        ds = build(tmp_path, records, classes=None)
+    assert ds.classes == ('bird', 'Cat', 'dog')         # case ignored, as first written
+    np.testing.assert_array_equal(ds.label(0)[:, 4], [2, 1])
+    np.testing.assert_array_equal(ds.label(1)[:, 4], [1, 0])
+    found = [r.getMessage() for r in caplog.records if 'classes found' in r.getMessage()]
+    assert found == ['VOCDetection(%s, folder, train): classes found in its annotations: bird, '
+                     'Cat, dog (sorted; --classes sets them)' % tmp_path]
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger='gluondet.data'):
+        assert build(tmp_path, records).classes == ('dog', 'cat')
+    assert not [r for r in caplog.records if 'classes found' in r.getMessage()]
+
+
+def test_without_classes_a_devkit_has_the_voc_classes_as_gluoncv(tmp_path):
+    voc_folder(tmp_path / 'VOC2007', {'a': good('a')}, split='trainval')
+    ds = VOCDetection(str(tmp_path), splits=[(2007, 'trainval')])
     assert ds.classes == VOC_CLASSES and ds.label(0)[0, 4] == VOC_CLASSES.index('dog')
 
 
@@ -338,6 +356,17 @@ def test_bccd_labels_equal_gluoncv(bccd_root, bccd_splits):
         assert len(reference) == len(ds)
         for i in range(len(ds)):
             np.testing.assert_array_equal(ds.label(i), reference._label_cache[i].astype(np.float32))
+
+
+def test_bccd_and_cards_without_classes_have_their_annotations_names(bccd_root, bccd_splits,
+                                                                     cards_root):
+    bccd = VOCDetection(os.path.join(bccd_root, 'BCCD'), splits='val')
+    assert bccd.classes == ('Platelets', 'RBC', 'WBC')
+    assert bccd.report.dropped == {'zero_area': 1}      # no box of an unknown class
+    assert bccd.report.boxes == bccd_splits['val'].report.boxes
+    cards = VOCDetection(os.path.join(cards_root, 'images'), splits=('test',))
+    assert cards.classes == ('ace', 'jack', 'king', 'nine', 'queen', 'ten')
+    assert len(cards) == 67 and cards.report.boxes and not cards.report.dropped
 
 
 def test_cards_labelimg_with_mixed_extensions(cards_root):

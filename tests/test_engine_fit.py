@@ -1,16 +1,21 @@
 """fit() on the toy task, in this process: learning, log files, params files, checkpoints."""
+import contextlib
+import dataclasses
+import errno
 import functools
 import hashlib
 import json
 import os
 import re
+import signal
 
 import mxnet as mx
 import numpy as np
 import pytest
 
-from gluondet.engine import (CheckpointError, HookBase, NonFiniteLossError, TrainConfig, fit,
-                             read_manifest)
+from gluondet.engine import (CheckpointError, HookBase, NonFiniteLossError, TrainConfig,
+                             TrainingInterrupted, fit, read_manifest)
+from gluondet.engine.wording import flag, keyword, speaking
 from filetools import tensorboard_events
 from test_engine_toy import ToyNet, ToyTask, toy_config
 
@@ -124,6 +129,42 @@ def test_nonfinite_loss_stops_and_keeps_the_last_checkpoint(tmp_path):
         assert 'non-finite loss at epoch 1, iteration 12' in f.read()
 
 
+@pytest.mark.parametrize('language, hint', [
+    (flag, ' (a lower --lr, a longer --lr-warmup or --clip-gradient may keep it finite)'),
+    (keyword, ' (a lower lr=, a longer lr_warmup= or clip_gradient= may keep it finite)'),
+    (None, '')])
+def test_nonfinite_loss_names_the_settings_in_the_words_of_the_caller(tmp_path, language, hint):
+    # the flags are the default: not spoken
+    with contextlib.nullcontext() if language is flag else speaking(language):
+        with pytest.raises(NonFiniteLossError) as stopped:
+            fit(ToyTask(nan_at_call=2), _config(tmp_path, epochs=1))
+    loss_l1 = re.search(r'loss_l1=([^;]+);', str(stopped.value)).group(1)
+    assert str(stopped.value) == (
+        'non-finite loss at epoch 0, iteration 2 (batch 1 of the epoch, lr 0.005): loss_l2=nan, '
+        'loss_l1=%s; training stopped%s. No checkpoint had been written yet.' % (loss_l1, hint))
+
+
+@pytest.mark.parametrize('language, then', [
+    (flag, ', then continue with --resume auto'), (keyword, ", then continue with resume='auto'"),
+    (None, '')])
+def test_a_failed_checkpoint_says_how_to_continue_in_the_words_of_the_caller(
+        tmp_path, monkeypatch, language, then):
+    from gluondet.engine import checkpoint
+    written = []
+
+    def save_parameters(net, path):     # the disk fills after the first checkpoint
+        if written:
+            raise OSError(errno.ENOSPC, 'No space left on device')
+        written.append(path)
+        net.save_parameters(path)
+    monkeypatch.setattr(checkpoint, 'save_parameters', save_parameters)
+    cfg = _config(tmp_path, epochs=1, checkpoint_interval=2)
+    with speaking(language), pytest.raises(CheckpointError) as failed:
+        fit(ToyTask(), cfg)
+    assert str(failed.value).endswith('the last good checkpoint, %s_last.json, is intact: make '
+                                      'space (or the folder writable)%s' % (cfg.save_prefix, then))
+
+
 def _updater_states(trainer):
     """Every updater's states as numpy, by parameter index and slot."""
     out = []
@@ -231,3 +272,32 @@ def test_a_kill_before_the_manifest_is_committed_leaves_the_previous_checkpoint(
     assert result.iteration == 16
     assert sorted(n[:17] for n in os.listdir(folder) if n.startswith('toy_last-')) == [
         'toy_last-00000016'] * 2
+
+
+class _SignalAfter(HookBase):
+    """Sends this process SIGTERM after step ``iteration``, as ``kill`` would."""
+
+    def __init__(self, iteration):
+        self.iteration = iteration
+
+    def after_step(self):
+        if self.loop.state.iteration == self.iteration:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+
+def test_a_stop_says_how_to_resume_in_the_words_of_the_caller(tmp_path):
+    cfg = _config(tmp_path)
+    last = cfg.save_prefix + '_last.json'
+    with pytest.raises(TrainingInterrupted) as stopped:     # the training commands' flag
+        fit(ToyTask(), cfg, hooks=[_SignalAfter(2)])
+    assert stopped.value.code == 128 + signal.SIGTERM
+    assert str(stopped.value).endswith('checkpoint %s. Resume with --resume auto or --resume %s.'
+                                       % (last, last))
+    with speaking(keyword), pytest.raises(TrainingInterrupted) as stopped:
+        fit(ToyTask(), dataclasses.replace(cfg, resume='auto'), hooks=[_SignalAfter(5)])
+    assert str(stopped.value).endswith("Resume with resume='auto' or resume=%r." % last)
+    with speaking(None), pytest.raises(TrainingInterrupted) as stopped:    # gluondet demo's
+        fit(ToyTask(), cfg, hooks=[_SignalAfter(1)])
+    assert str(stopped.value) == ('SIGTERM: stopped at epoch 0, batch 2, iteration 2; checkpoint '
+                                  '%s. This command does not resume: run again, it starts over.'
+                                  % last)

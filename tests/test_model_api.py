@@ -1,5 +1,6 @@
 """gluondet.Detector: one object that trains, validates, predicts and exports."""
 import os
+import re
 
 import numpy as np
 import pytest
@@ -175,3 +176,59 @@ def test_the_quickstart_of_docs_python_md_runs_as_written(tmp_path):
     assert (tmp_path / 'runs' / 'demo' / 'ssd_160_mobilenet0.5_custom_best.onnx').is_file()
     frames = re.findall(r'^frame (\d+) at ([0-9.]+) s: \d+ detections, tracks \[', out, re.M)
     assert [(int(f), float(t)) for f, t in frames] == [(i, i / 10) for i in range(8)]
+
+
+def test_a_missing_or_unreadable_model_is_one_error_at_construction(tmp_path):
+    for name in ('missing.params', 'missing.onnx', 'missing.engine'):
+        path = str(tmp_path / name)
+        with pytest.raises(FileNotFoundError, match='^Detector: no such file: %s$'
+                           % re.escape(path)):
+            Detector(path)
+    with pytest.raises(FileNotFoundError, match='^Detector: no such file: .*nowhere.params$'):
+        Detector(NETWORK, params=str(tmp_path / 'nowhere.params'))
+    (tmp_path / 'folder.params').mkdir()
+    with pytest.raises(OSError, match=r'^Detector: .*folder\.params cannot be read \(Is a dir'):
+        Detector(str(tmp_path / 'folder.params'))
+    with pytest.raises(ValueError, match="^Detector: ssd_160_mobilenet0.5_cust is no model file "
+                                         "and an unknown model .*did you mean 'ssd_160_mobile"):
+        Detector('ssd_160_mobilenet0.5_cust')
+
+
+def test_train_speaks_python_and_val_after_it_wrote_no_weights_says_why(tmp_path, monkeypatch):
+    from gluondet.engine.wording import setting
+    from gluondet.train import ssd
+    heard = []
+
+    def main(argv):             # a training whose validation never scored: no _best.params
+        heard.append((setting('resume', 'auto'), setting('lr_warmup')))
+    monkeypatch.setattr(ssd, 'main', main)
+    d = Detector(NETWORK, classes=DEMO_CLASSES)
+    d.train(data='demo', gpus='', save_prefix=str(tmp_path / 'run_'))
+    assert heard == [("resume='auto'", 'lr_warmup=')]
+    assert (setting('resume', 'auto'), setting('lr_warmup')) == ('--resume auto', '--lr-warmup')
+    assert d.model == NETWORK
+    best = str(tmp_path / ('run_%s_best.params' % NETWORK))
+    for action, call in (('val', d.val), ('predict', lambda: d.predict(np.zeros((8, 8, 3))))):
+        with pytest.raises(ValueError, match=re.escape(
+                "%s: Detector('%s') has no weights: its train() wrote no %s (no validation "
+                "scored a finite metric: see %s_train.log). It needs trained weights"
+                % (action, NETWORK, best, best[:-len('_best.params')]))):
+            call()
+
+
+def test_train_on_bccd_without_classes_learns_its_three_classes(bccd_root, tmp_path):
+    """A VOC folder of 4 BCCD images, one epoch: the classes its annotations name."""
+    voc = tmp_path / 'bccd'
+    (voc / 'ImageSets' / 'Main').mkdir(parents=True)
+    for name in ('Annotations', 'JPEGImages'):
+        os.symlink(os.path.join(bccd_root, 'BCCD', name), str(voc / name))
+    with open(os.path.join(bccd_root, 'BCCD', 'ImageSets', 'Main', 'val.txt')) as f:
+        ids = f.read().split()[:4]
+    for split in ('train', 'val'):
+        (voc / 'ImageSets' / 'Main' / (split + '.txt')).write_text('\n'.join(ids) + '\n')
+    d = Detector(NETWORK)
+    metrics = d.train(data=str(voc), epochs=1, batch_size=4, no_pretrained_base=True, gpus='',
+                      num_workers=0, save_prefix=str(tmp_path / 'run_'))
+    assert set(metrics) == {'mAP', 'AP/Platelets', 'AP/RBC', 'AP/WBC'}
+    assert d.model == str(tmp_path / ('run_%s_best.params' % NETWORK))
+    assert d.predictor().classes == ('Platelets', 'RBC', 'WBC')

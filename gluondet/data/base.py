@@ -322,8 +322,7 @@ class DetectionDataset(gluon.data.Dataset):
     def __init__(self, classes, transform=None, on_error='skip', skip_empty=False):
         if on_error not in ON_ERROR:
             raise ValueError('on_error must be one of %s, got %r' % (ON_ERROR, on_error))
-        self._classes = tuple(str(c) for c in classes)
-        self._class_index = self._make_class_index(self._classes)
+        self._set_classes(classes)
         self._transform = transform
         self._on_error = on_error
         self._skip_empty = bool(skip_empty)
@@ -331,6 +330,12 @@ class DetectionDataset(gluon.data.Dataset):
         self._unreadable = set()
         self._name = type(self).__name__
         self.report = DatasetReport()
+
+    def _set_classes(self, classes):
+        """Install the class names (a subclass that learns them from its annotations calls
+        it again before reading its boxes)."""
+        self._classes = tuple(str(c) for c in classes)
+        self._class_index = self._make_class_index(self._classes)
 
     @staticmethod
     def _make_class_index(classes):

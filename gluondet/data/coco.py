@@ -12,7 +12,7 @@ from ..coco_ids import is_id, other_type, sort_key
 from ..optional import require
 from .base import DatasetError, DetectionDataset, Record, empty_label, safe_join
 
-__all__ = ['COCODetection', 'coco_to_xyxy', 'xyxy_to_coco']
+__all__ = ['COCODetection', 'coco_to_xyxy', 'json_classes', 'xyxy_to_coco']
 
 
 def coco_to_xyxy(bbox):
@@ -70,6 +70,33 @@ def _is_number(value):
         return math.isfinite(value)
     except OverflowError:
         return False
+
+
+def _categories(path, data):
+    """``[(json id, name)]`` of the json ``path`` holding ``data``, sorted by id."""
+    categories = {}
+    for i, cat in enumerate(_list(path, data, 'categories')):
+        if not isinstance(cat, dict) or not isinstance(cat.get('name'), str):
+            raise DatasetError(path, 'categories[%d]' % i, 'needs an id and a name',
+                               'bad_layout')
+        if not is_id(cat.get('id')):
+            raise DatasetError(path, 'categories[%d]/id' % i, 'missing or not an int or str, '
+                               'got %r' % (cat.get('id'),), 'bad_layout')
+        if cat['id'] in categories:
+            raise DatasetError(path, 'categories[%d]/id' % i, 'duplicate id %r' % cat['id'],
+                               'bad_layout')
+        categories[cat['id']] = cat['name']
+    try:
+        return sorted(categories.items())
+    except TypeError:
+        raise DatasetError(path, 'categories', 'ids must all be numbers or all be strings',
+                           'bad_layout') from None
+
+
+def json_classes(annotation_file):
+    """The classes a COCO json gives `COCODetection` without ``classes``: its categories'
+    names in order of id (DatasetError naming the file if it cannot be read)."""
+    return tuple(name for _, name in _categories(annotation_file, _load_json(annotation_file)))
 
 
 class COCODetection(DetectionDataset):
@@ -134,7 +161,7 @@ class COCODetection(DetectionDataset):
         self.annotation_file, self._image_root = self._locate(root, splits, annotation_file,
                                                               image_root)
         data = _load_json(self.annotation_file)
-        categories = self._categories(data)
+        categories = _categories(self.annotation_file, data)
         super().__init__(classes or [name for _, name in categories], transform, on_error,
                          skip_empty)
         self._min_object_area = min_object_area
@@ -166,27 +193,6 @@ class COCODetection(DetectionDataset):
         split = splits[0]
         folder = image_root or os.path.join(root, split.split('_')[-1])
         return os.path.join(root, 'annotations', split + '.json'), os.path.expanduser(folder)
-
-    def _categories(self, data):
-        """``[(json id, name)]`` sorted by id."""
-        path = self.annotation_file
-        categories = {}
-        for i, cat in enumerate(_list(path, data, 'categories')):
-            if not isinstance(cat, dict) or not isinstance(cat.get('name'), str):
-                raise DatasetError(path, 'categories[%d]' % i, 'needs an id and a name',
-                                   'bad_layout')
-            if not is_id(cat.get('id')):
-                raise DatasetError(path, 'categories[%d]/id' % i, 'missing or not an int or str, '
-                                   'got %r' % (cat.get('id'),), 'bad_layout')
-            if cat['id'] in categories:
-                raise DatasetError(path, 'categories[%d]/id' % i, 'duplicate id %r' % cat['id'],
-                                   'bad_layout')
-            categories[cat['id']] = cat['name']
-        try:
-            return sorted(categories.items())
-        except TypeError:
-            raise DatasetError(path, 'categories', 'ids must all be numbers or all be strings',
-                               'bad_layout') from None
 
     def _build(self, data):
         path = self.annotation_file

@@ -17,16 +17,17 @@ import os
 
 import numpy as np
 
+from ..class_names import COCO_CLASSES
 from ..dataset_flags import DATASETS, class_list, dataset_kwargs
 from .base import DatasetError
-from .coco import COCODetection
+from .coco import COCODetection, json_classes
 from .demo import DemoDetection
 from .kitti import KITTIDetection
 from .record import RecordDetection
-from .voc import VOCDetection, detect_layout, layout_error
+from .voc import FOUND_CLASSES_LAYOUTS, VOCDetection, detect_layout, layout_error
 
-__all__ = ['DATASETS', 'DEFAULT_ROOT', 'DEFAULT_SPLITS', 'check_classes_found', 'resolve_dataset',
-           'datasets_from_flags', 'split_names']
+__all__ = ['DATASETS', 'DEFAULT_ROOT', 'DEFAULT_SPLITS', 'check_boxes', 'check_classes_found',
+           'finds_classes', 'resolve_dataset', 'datasets_from_flags', 'split_names']
 
 DEFAULT_ROOT = os.path.join('~', '.mxnet', 'datasets')
 # The split used when none is named: (training, validation or evaluation), as GluonCV's
@@ -42,6 +43,9 @@ DEFAULT_SPLITS = {
 _NAMES_SHOWN = 20     # the annotations' class names in a message, at most
 _SUBFOLDERS = {'voc': ('voc', 'VOCdevkit', os.path.join('voc', 'VOCdevkit')),
                'coco': ('coco',)}
+# The flag that keeps the boxes left out for a reason (the others are the annotations' own).
+_FLAG_OF_REASON = {'unknown_class': '--classes names the classes to train',
+                   'unmapped_class': '--class-mapping maps the types to the classes'}
 
 
 def split_names(split):
@@ -76,9 +80,10 @@ def resolve_dataset(dataset, root=None, split=None, classes=None, annotation_fil
         subfolders. coco: one annotation file name (``instances_val2017``). kitti: one
         subfolder.
     classes : sequence of str, optional
-        Class names (default: the dataset's own). COCO categories and KITTI types are
-        matched to them by name. For training, each must have a box in the data (see
-        :func:`check_classes_found`).
+        Class names (default: the dataset's own: a COCO json's categories, KITTI's types,
+        VOC's 20 in a VOCdevkit, the names the annotations write in a VOC or LabelImg
+        folder). COCO categories and KITTI types are matched to them by name. For training,
+        each must have a box in the data (see :func:`check_classes_found`).
     annotation_file : str, optional
         coco: a COCO json of any data, instead of ``root`` and ``split``.
     image_root : str, optional
@@ -107,7 +112,8 @@ def resolve_dataset(dataset, root=None, split=None, classes=None, annotation_fil
     ------
     DatasetError
         Naming the path, if the root is not a folder or holds no such data or split, or
-        (for training) a class of ``classes`` has no box in it.
+        (for training) a class of ``classes`` has no box in it or it has no box at all
+        (:func:`check_boxes`).
     ValueError
         For an unknown dataset name or flags that do not go together.
     """
@@ -116,7 +122,48 @@ def resolve_dataset(dataset, root=None, split=None, classes=None, annotation_fil
                     dict(on_error=on_error, skip_empty=skip_empty))
     if train and classes and not allow_missing_classes:
         check_classes_found(data)
+    if train:
+        check_boxes(data)
     return data
+
+
+def finds_classes(dataset, root=None, split=None, train=False):
+    """Whether the data :func:`resolve_dataset` names so, given no classes, has classes of its
+    own rather than its format's: the names its annotations write (a VOC or LabelImg folder;
+    a VOCdevkit has VOC's 20), or a COCO json's categories other than COCO's 80. What makes a
+    training network ``*_custom``. False for data not found."""
+    name = str(dataset).strip().lower()
+    names = split_names(split)
+    role = 0 if train else 1
+    root = os.path.expanduser(root or DEFAULT_ROOT)
+    try:
+        if name == 'voc':
+            return _voc(root, names, role)[1] in FOUND_CLASSES_LAYOUTS
+        if name == 'coco' and len(names) <= 1:
+            folder, split = _coco(root, names[0] if names else DEFAULT_SPLITS['coco'][role])
+            path = os.path.join(folder, 'annotations', split + '.json')
+            return json_classes(path) != COCO_CLASSES
+    except DatasetError:
+        pass        # the dataset's own error comes when it is read
+    return False
+
+
+def check_boxes(dataset):
+    """Raise DatasetError if ``dataset`` has no box to train on.
+
+    The one line says what was left out, by reason, and the flag that keeps it
+    (``--classes`` for boxes of unknown classes), with the names the annotations write.
+    """
+    report = dataset.report
+    if report.boxes:
+        return
+    fixes = ''.join('; ' + _FLAG_OF_REASON[reason] for reason in sorted(report.dropped)
+                    if reason in _FLAG_OF_REASON)
+    names = _shown(_written(dataset))
+    if fixes and names:
+        fixes += ' (the annotations name: %s)' % names
+    raise DatasetError(dataset.name, 'boxes', 'no box to train on (%s)%s'
+                       % (report.summary(), fixes), 'no_boxes')
 
 
 def check_classes_found(dataset):
@@ -130,9 +177,7 @@ def check_classes_found(dataset):
     missing = [name for name, count in zip(dataset.classes, counts) if not count]
     if not missing:
         return
-    written = {}    # lower-cased -> as first written
-    for name in dataset.report.names:
-        written.setdefault(name.strip().lower(), name)
+    written = _written(dataset)
     problems = []
     for name in missing:
         key = name.strip().lower()
@@ -143,18 +188,31 @@ def check_classes_found(dataset):
         close = difflib.get_close_matches(key, list(written), n=2)
         hint = ' (did you mean %s?)' % ' or '.join(repr(written[c]) for c in close)
         problems.append('no object of class %r%s' % (name, hint if close else ''))
-    shown = sorted(written.values(), key=str.lower)
-    listed = ', '.join(shown[:_NAMES_SHOWN]) or 'none'
-    if len(shown) > _NAMES_SHOWN:
-        listed += ' ... (%d in all)' % len(shown)
     raise DatasetError(dataset.name, '--classes', '%s; the annotations name: %s. '
                        '--allow-missing-classes trains a class without boxes on purpose'
-                       % ('; '.join(problems), listed), 'missing_class')
+                       % ('; '.join(problems), _shown(written) or 'none'), 'missing_class')
+
+
+def _written(dataset):
+    """The class names ``dataset``'s annotations write: lower-cased -> as first written."""
+    written = {}
+    for name in dataset.report.names:
+        written.setdefault(name.strip().lower(), name)
+    return written
+
+
+def _shown(written):
+    """`_written`'s names sorted (case ignored), at most `_NAMES_SHOWN`, comma-separated."""
+    shown = sorted(written.values(), key=str.lower)
+    listed = ', '.join(shown[:_NAMES_SHOWN])
+    if len(shown) > _NAMES_SHOWN:
+        listed += ' ... (%d in all)' % len(shown)
+    return listed
 
 
 def _resolve(dataset, root, split, classes, annotation_file, image_root, train, class_mapping,
              records, background_images, common):
-    """:func:`resolve_dataset` without the check of its classes; ``common``: the keyword
+    """:func:`resolve_dataset` without the checks of training data; ``common``: the keyword
     arguments of every dataset (``on_error``, ``skip_empty``)."""
     name = str(dataset).strip().lower()
     if name not in DATASETS:
@@ -277,17 +335,21 @@ def _kitti(root, split, role):
 def datasets_from_flags(args, roles=('train', 'val')):
     """A dataset per role of ``roles``, from the parsed flags of
     `gluondet.dataset_flags.add_dataset_args` (`dataset_kwargs`), with the classes of
-    ``--classes``. Training data with a json or rec flag needs its validation
-    data named the same way."""
+    ``--classes``, else the first dataset's own (the training data's), which the others take.
+    Training data with a json or rec flag needs its validation data named the same way."""
     if len(roles) == 2:
         for flag in ('json', 'rec'):
             given = [bool(getattr(args, '%s_%s' % (role, flag))) for role in roles]
             if any(given) and not all(given):
                 raise ValueError('--train-%s and --val-%s go together' % (flag, flag))
     classes = class_list(getattr(args, 'classes', '')) or None
-    return tuple(resolve_dataset(
-        classes=classes, train=role == 'train',
-        allow_missing_classes=getattr(args, 'allow_missing_classes', False),
-        skip_empty=role == 'train' and getattr(args, 'skip_empty', False),
-        background_images=getattr(args, 'background_images', False),
-        **dataset_kwargs(args, role)) for role in roles)
+    datasets = []
+    for role in roles:
+        datasets.append(resolve_dataset(
+            classes=classes, train=role == 'train',
+            allow_missing_classes=getattr(args, 'allow_missing_classes', False),
+            skip_empty=role == 'train' and getattr(args, 'skip_empty', False),
+            background_images=getattr(args, 'background_images', False),
+            **dataset_kwargs(args, role)))
+        classes = datasets[0].classes
+    return tuple(datasets)

@@ -1,5 +1,6 @@
 """Pascal VOC style datasets: a VOCdevkit, a single VOC folder, or a LabelImg folder."""
 import glob
+import logging
 import math
 import os
 from collections import namedtuple
@@ -9,14 +10,17 @@ import numpy as np
 from defusedxml import DefusedXmlException
 from defusedxml import ElementTree
 
+from ..class_names import VOC_CLASSES
 from .base import IMAGE_EXTENSIONS, DatasetError, DetectionDataset, Record, empty_label, safe_join
 
 __all__ = ['VOC_CLASSES', 'VOCDetection', 'detect_layout', 'infer_layout', 'parse_voc_xml']
 
-VOC_CLASSES = ('aeroplane', 'bicycle', 'bird', 'boat', 'bottle', 'bus', 'car', 'cat', 'chair',
-               'cow', 'diningtable', 'dog', 'horse', 'motorbike', 'person', 'pottedplant',
-               'sheep', 'sofa', 'train', 'tvmonitor')
+logger = logging.getLogger('gluondet.data')
+
 LAYOUTS = ('devkit', 'folder', 'labelimg')
+# The layouts of custom data: without classes they take the names their annotations write (a
+# VOCdevkit, GluonCV's, takes VOC's 20).
+FOUND_CLASSES_LAYOUTS = ('folder', 'labelimg')
 _COORDS = ('xmin', 'ymin', 'xmax', 'ymax')
 
 VOCAnnotation = namedtuple('VOCAnnotation', ['filename', 'size', 'objects'])
@@ -202,6 +206,11 @@ class VOCDetection(DetectionDataset):
     Class names match case-insensitively; objects of other classes are
     dropped (counted as ``unknown_class``) or raise.
 
+    Without ``classes``, a VOCdevkit has the 20 VOC classes (as GluonCV's
+    ``VOCDetection``); a VOC folder or a LabelImg folder has the names its
+    annotations write (in every xml of its splits, sorted, case ignored), which
+    are logged in one line.
+
     Parameters
     ----------
     root : str, default '~/.mxnet/datasets/voc'
@@ -213,7 +222,7 @@ class VOCDetection(DetectionDataset):
     transform : callable, optional
         ``fn(image, label)`` applied to every item.
     classes : sequence of str, optional
-        Class names, default the 20 VOC classes.
+        Class names; default, as above, the 20 VOC classes or the annotations' names.
     layout : {'devkit', 'folder', 'labelimg'}, optional
         Default: inferred.
     on_error : {'skip', 'raise'}
@@ -246,8 +255,13 @@ class VOCDetection(DetectionDataset):
             raise ValueError('layout must be one of %s, got %r' % (LAYOUTS, layout))
         self.layout = layout
         self._splits = self._check_splits(splits)
+        entries = [entry + (self._parse(*entry[:3]),) for entry in self._entries()]
+        if not classes and layout in FOUND_CLASSES_LAYOUTS:
+            self._set_classes(_written_classes(e[-1] for e in entries))
+            logger.info('%s: classes found in its annotations: %s (sorted; --classes sets them)',
+                        self, ', '.join(self.classes) or 'none')
         records = []
-        for entry in self._entries():
+        for entry in entries:
             record = self._record(*entry)
             if record is not None:
                 records.append(record)
@@ -339,13 +353,22 @@ class VOCDetection(DetectionDataset):
                                % (annotation.filename, image_dir), 'unsafe_path')
         return path
 
-    def _record(self, listed_in, image_id, xml_path, image_dir):
-        """Build one Record, or None if the record is skipped."""
+    @staticmethod
+    def _parse(listed_in, image_id, xml_path):
+        """The VOCAnnotation of an entry, or the DatasetError that refuses it."""
         try:
             if xml_path is None:
                 raise DatasetError(listed_in, 'id', 'refused: %r is not a file name inside the '
                                    'dataset' % image_id, 'unsafe_path')
-            annotation = parse_voc_xml(xml_path)
+            return parse_voc_xml(xml_path)
+        except DatasetError as error:
+            return error
+
+    def _record(self, listed_in, image_id, xml_path, image_dir, annotation):
+        """Build one Record from an entry and what `_parse` gave, or None if it is skipped."""
+        try:
+            if isinstance(annotation, DatasetError):
+                raise annotation
             path = self._image_path(xml_path, image_id, image_dir, annotation)
         except DatasetError as error:
             if self._background_images and error.reason == 'missing_annotation' and image_id:
@@ -374,3 +397,14 @@ class VOCDetection(DetectionDataset):
             if box is not None:
                 rows.append(box + (class_id, obj.difficult))
         return np.array(rows, dtype=np.float32).reshape(-1, 6) if rows else empty_label()
+
+
+def _written_classes(annotations):
+    """The class names the parsed ``annotations`` write (DatasetErrors among them are passed
+    over), each once (case ignored, as first written), sorted (case ignored)."""
+    names = {}
+    for annotation in annotations:
+        if isinstance(annotation, VOCAnnotation):
+            for obj in annotation.objects:
+                names.setdefault(obj.name.lower(), obj.name)
+    return tuple(sorted(names.values(), key=str.lower))

@@ -37,14 +37,13 @@ A task is any object with:
     Names follow one scheme: ``loss_cls``, ``loss_box``, ``loss_rpn_obj``,
     ``loss_rpn_box``, ... The engine logs each name's sum per step.
 ``validate(net, ctx_list, group=None) -> {name: float}``
-    The task's evaluation (it owns its val loader and metric), called
-    outside ``autograd.record()``. With several synchronous processes every process calls
-    it with ``group`` (the `Runtime`: ``rank``, ``world_size``, ``allgather``, ``beat``),
-    and each must return the metrics of the whole val set (see
-    ``gluondet.metrics.evaluation.evaluate``); otherwise ``group`` is not passed. ``config.val_metric`` (default
-    ``'mAP'``) names the key that selects the best model (higher is better).
-    It may re-hybridize the net for inference; the engine hybridizes it
-    again for training afterwards.
+    The task's evaluation (it owns its val loader and metric), called outside
+    ``autograd.record()``. With several synchronous processes every process calls it with
+    ``group`` (the `Runtime`: ``rank``, ``world_size``, ``allgather``, ``beat``), and each must
+    return the metrics of the whole val set (see ``gluondet.metrics.evaluation.evaluate``);
+    otherwise ``group`` is not passed. ``config.val_metric`` (default ``'mAP'``) names the key
+    that selects the best model (higher is better). It may re-hybridize the net for inference;
+    the engine hybridizes it again for training afterwards.
 
 Optional, each with the default behaviour when absent:
 
@@ -117,10 +116,13 @@ Stopping
   step finishes (a validation in progress is abandoned in one process, and run first when
   the run resumes), a checkpoint is written, and `TrainingInterrupted` (a ``SystemExit``)
   exits with code 130 (SIGINT) or 143 (SIGTERM). ``resume='auto'`` continues exactly from
-  there. The data loaders' processes leave the signal to the training process
-  (`signals.guard_children`); several processes stop after the same step.
+  there; the message says so in the caller's words (``--resume auto`` unless
+  `wording.speaking` gives others). The data loaders' processes leave the signal
+  to the training process (`signals.guard_children`); several processes stop after the
+  same step.
 - A NaN or infinite loss raises `NonFiniteLossError` naming the epoch and
-  iteration; no checkpoint is written for that step, the last good one stays.
+  iteration, and the settings that may keep it finite in the same words; no checkpoint is
+  written for that step, the last good one stays.
 - ``kill -9``: the last committed checkpoint stays valid (see `checkpoint`).
 - Early stopping (``config.early_stop_monitor``): after the step's or epoch's
   hooks, with its checkpoint written; ``fit`` returns, ``FitResult.stop_reason``

@@ -29,13 +29,13 @@ import logging
 import os
 import subprocess
 
-import mxnet as mx
 from mxnet import nd
 
 from ..errors import UserError, message
 from ..files import (atomic_save, atomic_write, naming, remove_if_exists, save_ndarrays,
                      save_parameters, write_synced)
 from ..threads import mxnet_threads
+from .wording import setting
 
 LOG = logging.getLogger(__name__)
 FORMAT = 'gluondet-checkpoint'
@@ -154,8 +154,9 @@ class Checkpointer:
         if self.last_path is None:
             return 'no checkpoint of this run was written before'
         again = 'auto' if self.last_path == self.json_path else self.last_path
-        return ('the last good checkpoint, %s, is intact: make space (or the folder writable), '
-                'then continue with --resume %s' % (self.last_path, again))
+        resume = setting('resume', again)
+        return ('the last good checkpoint, %s, is intact: make space (or the folder writable)%s'
+                % (self.last_path, ', then continue with ' + resume if resume else ''))
 
     def _remove_stale(self):
         keep = {self._files['params'], self._files['states']}
@@ -388,7 +389,8 @@ def _git_commit():
 def _checked_file(base, manifest, kind, manifest_path):
     path = os.path.join(base, manifest[kind])
     if not os.path.exists(path):
-        raise CheckpointError('checkpoint %s names %s, which does not exist' % (manifest_path, path))
+        raise CheckpointError('checkpoint %s names %s, which does not exist'
+                              % (manifest_path, path))
     if _sha1(path) != manifest[kind + '_sha1']:
         raise CheckpointError('%s does not match the sha1 in %s: the file is corrupt or was '
                               'replaced' % (path, manifest_path))

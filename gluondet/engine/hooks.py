@@ -15,6 +15,7 @@ from .early_stopping import EarlyStoppingHook
 from .ema import EMAHook
 from .hookbase import HookBase
 from .signals import SignalHook
+from .wording import setting
 
 
 class NonFiniteLossError(UserError, RuntimeError):
@@ -91,11 +92,13 @@ class NonFiniteHook(HookBase):
         if not bad:
             return
         last = self.checkpointer.last_path
+        names = [setting(dest) for dest in ('lr', 'lr_warmup', 'clip_gradient')]
         message = ('non-finite loss at epoch %d, iteration %d (batch %d of the epoch, lr %g): %s; '
-                   'training stopped (a lower --lr, a longer --lr-warmup or --clip-gradient '
-                   'may keep it finite). %s' % (
+                   'training stopped%s. %s' % (
                        state.epoch, state.iteration, state.batch - 1, state.lr,
                        ', '.join('%s=%s' % kv for kv in values.items()),
+                       ' (a lower %s, a longer %s or %s may keep it finite)' % tuple(names)
+                       if all(names) else '',
                        'The last good checkpoint, %s, was left untouched.' % last if last
                        else 'No checkpoint had been written yet.'))
         self.reporter.info(message)

@@ -20,6 +20,7 @@ import threading
 
 from ..helper_signals import leave_signals_to_parent
 from .hookbase import HookBase
+from .wording import setting
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -128,10 +129,12 @@ class SignalHook(HookBase):
         state = self.loop.state
         self.checkpointer.save(self.loop)
         name = signal.Signals(self.requested).name
-        message = ('%s: stopped at epoch %d, batch %d, iteration %d; checkpoint %s. Resume with '
-                   "resume='auto' or resume=%r." % (name, state.epoch, state.batch,
-                                                    state.iteration, self.checkpointer.last_path,
-                                                    self.checkpointer.last_path))
+        last = self.checkpointer.last_path
+        resume = [setting('resume', target) for target in ('auto', last)]
+        message = ('%s: stopped at epoch %d, batch %d, iteration %d; checkpoint %s. %s' % (
+            name, state.epoch, state.batch, state.iteration, last,
+            'Resume with %s or %s.' % tuple(resume) if all(resume) else
+            'This command does not resume: run again, it starts over.'))
         self.reporter.info(message)
         raise TrainingInterrupted(self.requested, message)
 

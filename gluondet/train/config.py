@@ -7,6 +7,7 @@ import os
 import re
 import sys
 
+from ..data.resolve import finds_classes
 from ..engine import TrainConfig
 from ..errors import UserError
 
@@ -62,11 +63,14 @@ def default_gpus():
 
 def zoo_dataset(args):
     """Which dataset's zoo network the data flags call for: ``'voc'`` or ``'coco'`` when
-    ``--dataset`` names one without classes of its own (``--classes``, ``--train-json``),
-    else ``'custom'`` (a ``*_custom`` network, GluonCV's naming)."""
+    ``--dataset`` names one without classes of its own (``--classes``, ``--train-json``, a
+    VOC or LabelImg folder, whose classes its annotations name, a COCO json of other
+    categories than COCO's 80: `finds_classes`), else ``'custom'`` (a ``*_custom`` network,
+    GluonCV's naming)."""
     dataset = args.dataset.lower()
-    if dataset in ('voc', 'coco') and not (args.classes or args.train_json
-                                           or getattr(args, 'class_mapping', None)):
+    if dataset in ('voc', 'coco') and not (
+            args.classes or args.train_json or getattr(args, 'class_mapping', None)
+            or finds_classes(dataset, args.dataset_root, args.train_split, train=True)):
         return dataset
     return 'custom'
 

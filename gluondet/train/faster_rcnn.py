@@ -28,7 +28,8 @@ from ..model_zoo.faster_rcnn import FASTER_RCNN_ARCHS
 from ..tasks import FasterRCNNTask
 from . import common, config, flags
 
-__all__ = ['build_parser', 'parse_args', 'network_name', 'notices', 'main', 'DEMO', 'DATASET_DEFAULTS']
+__all__ = ['build_parser', 'parse_args', 'network_name', 'notices', 'main', 'DEMO',
+           'DATASET_DEFAULTS']
 
 # GluonCV 0.10.5's parse_args, for the flags left unset. It has none for other datasets
 # (its script stops there); gluondet gives them VOC's.
@@ -100,9 +101,9 @@ def network_name(args):
     ``--norm-layer syncbn`` implies ``--use-fpn`` (GluonCV has synchronized BatchNorm
     only with FPN; without ``--use-fpn`` its script names a network it lacks).
 
-    Data with classes of its own (``--classes``, ``--train-json``, demo, kitti) takes the
-    ``custom`` variant; so does a network the zoo has no ``voc`` or ``coco`` variant of
-    (FPN on VOC, ResNet-18: GluonCV lacks them too), with the dataset's classes.
+    Data with classes of its own (`config.zoo_dataset`) takes the ``custom`` variant; so
+    does a network the zoo has no ``voc`` or ``coco`` variant of (FPN on VOC, ResNet-18:
+    GluonCV lacks them too), with the dataset's classes.
     """
     syncbn = args.norm_layer == 'syncbn'
     arch = 'faster_rcnn_%s%s%s' % ('fpn_' if args.use_fpn or syncbn else '',

@@ -58,7 +58,7 @@ def network_name(args):
 
     ``size`` is that of the zoo architecture nearest to ``--data-shape`` (the
     network may run at another input size); data with classes of its own
-    (``--classes``, ``--train-json``, demo, kitti) takes the ``custom`` variant.
+    (`config.zoo_dataset`) takes the ``custom`` variant.
     """
     archs = [a for a in SSD_ARCHS if a.split('_', 2)[2] == args.network]
     if not archs:
