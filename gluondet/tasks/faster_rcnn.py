@@ -2,7 +2,6 @@
 import mxnet as mx
 from mxnet import autograd
 
-from ..collectives import active_runtime
 from ..data.mixup import MixupDetection
 from ..losses import RCNNLoss
 from ..nn import RPNTargetGenerator, SyncBatchNorm
@@ -56,18 +55,15 @@ class FasterRCNNTask(KeepRatioTask):
 
     def build_net(self, ctx_list):
         """The network; on CPUs its ROI Align trains with the sparse backward
-        (:mod:`gluondet.nn.roi_align`: MXNet's CPU kernel is a third of a step) in a training
-        of one process, unless a `SyncBatchNorm` follows it: MXNet then calls the sparse
+        (:mod:`gluondet.nn.roi_align`: MXNet's CPU kernel is a third of a step), in one
+        process or several, unless a `SyncBatchNorm` follows it: MXNet then calls the sparse
         backward's custom operator without a gradient buffer for its ROIs, and the step
-        fails. With several processes (Horovod, the parameter server) MXNet's kernel runs:
-        under Horovod, rank 0 died of a segmentation fault in 2 of about 30 short CPU runs with
-        the custom operator (in the busy full test suite only), never in those with MXNet's
-        kernel (SyncBN's)."""
+        fails. (Under Horovod it was off after rank 0 died of a segmentation fault in 2 of
+        about 30 runs, at the first step, where Horovod's own broadcast then ran, whose
+        use-after-free later killed ranks without it: `HorovodRuntime.broadcast_parameters`.)"""
         net = super().build_net(ctx_list)
         synced = any(isinstance(b, SyncBatchNorm) for b in _blocks(net))
-        runtime = active_runtime()
-        alone = runtime is None or runtime.world_size == 1
-        net.roi_extractor.sparse_backward = alone and not synced and all(
+        net.roi_extractor.sparse_backward = not synced and all(
             c.device_type == 'cpu' for c in ctx_list)
         return net
 
