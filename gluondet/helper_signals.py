@@ -41,3 +41,13 @@ def _die_with(parent):
         return
     if os.getppid() != parent:            # the parent exited before the call
         os._exit(128 + signal.SIGKILL)
+
+
+def end_loader_workers(loader):
+    """End the worker processes of a Gluon ``DataLoader`` now (Gluon ends them only when the
+    loader is garbage collected, which a reference cycle delays to any later moment)."""
+    pool = getattr(loader, '_worker_pool', None)
+    if pool is not None:
+        loader._worker_pool = None
+        pool.terminate()
+        pool.join()

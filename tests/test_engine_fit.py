@@ -5,6 +5,7 @@ import errno
 import functools
 import hashlib
 import json
+import multiprocessing
 import os
 import re
 import signal
@@ -301,3 +302,14 @@ def test_a_stop_says_how_to_resume_in_the_words_of_the_caller(tmp_path):
     assert str(stopped.value) == ('SIGTERM: stopped at epoch 0, batch 2, iteration 2; checkpoint '
                                   '%s. This command does not resume: run again, it starts over.'
                                   % last)
+
+
+def test_the_loader_processes_end_with_the_run(tmp_path):
+    # Gluon ends them when the loader is garbage collected: the loop's reference cycles
+    # left them running into whatever this process did next
+    before = set(multiprocessing.active_children())
+    fit(ToyTask(), _config(tmp_path, num_workers=2, epochs=1))
+    assert set(multiprocessing.active_children()) <= before
+    with pytest.raises(TrainingInterrupted):
+        fit(ToyTask(), _config(tmp_path / 'stopped', num_workers=2), hooks=[_SignalAfter(2)])
+    assert set(multiprocessing.active_children()) <= before

@@ -1,10 +1,13 @@
 """gluondet.metrics.evaluation: the one loop of a predictor over a dataset, into metrics."""
+import multiprocessing
+
 import numpy as np
 
 from gluondet.data import DemoDetection
 from gluondet.data.preprocess import fixed_size, keep_ratio
 from gluondet.deploy.predictor import Predictor
 from gluondet.metrics import VOC07MApMetric, evaluate, evaluate_voc07, voc_result
+from gluondet.metrics.evaluation import _batches
 
 
 class GridRunner:
@@ -37,3 +40,12 @@ def test_evaluate_is_the_same_at_any_batch_and_with_worker_processes(tmp_path):
             assert result.keys() == results[0].keys()
             assert all(result[k] == results[0][k] or np.isnan(result[k]) and
                        np.isnan(results[0][k]) for k in result)
+
+
+def test_the_reading_processes_end_when_reading_stops_early():
+    before = set(multiprocessing.active_children())
+    batches = _batches(DemoDetection('val', num_images=8, image_size=64), [0, 4], 4, 2)
+    assert len(next(batches)) == 4
+    assert set(multiprocessing.active_children()) > before
+    batches.close()        # as an abandoned validation's generator is
+    assert set(multiprocessing.active_children()) <= before

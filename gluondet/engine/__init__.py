@@ -82,7 +82,8 @@ Optional, each with the default behaviour when absent:
 ``dali_train_data(sampler, config, runtime) -> data``
     The training data read by NVIDIA DALI (``config.dali``; ``gluondet.data.dali``):
     an object with ``iters_per_epoch`` and ``epoch(epoch, start)`` as `TrainData`,
-    over the batches of ``sampler`` (the task's or an `EpochBatchSampler`).
+    over the batches of ``sampler`` (the task's or an `EpochBatchSampler`), and
+    optionally ``close()``, which `fit` calls when training ends.
     ``config.dali`` with a task without it is an error.
 ``batch_images(batch, count) -> [(image, boxes, names)]``
     The first ``count`` images of a training batch as the network sees them

@@ -37,6 +37,8 @@ import mxnet as mx
 import numpy as np
 from mxnet import gluon
 
+from ..helper_signals import end_loader_workers
+
 # Purpose tags keep the seeds derived for different uses apart.
 _SAMPLER, _SAMPLE, _STEP, _SIZE = 1, 2, 3, 4
 
@@ -375,3 +377,7 @@ class TrainData:
         """An iterator over the batches of ``epoch`` from batch ``start``."""
         self.batches.set_epoch(epoch, start)
         return iter(self.loader)
+
+    def close(self):
+        """End the loader's worker processes (`fit` calls it when training ends)."""
+        end_loader_workers(self.loader)

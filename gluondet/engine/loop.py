@@ -330,6 +330,10 @@ def _build_and_train(task, config, runtime, hooks, batch_note=''):
     with reporter:
         if batch_note:
             reporter.info(batch_note)
-        checkpointer.resume(loop, config.resume)
-        loop.train()
+        try:
+            checkpointer.resume(loop, config.resume)
+            loop.train()
+        finally:    # the loader's processes end with the run, not at a later gc
+            if hasattr(data, 'close'):
+                data.close()
     return loop, checkpointer

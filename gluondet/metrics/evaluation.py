@@ -12,6 +12,8 @@ original pixels) and ``backend``.
 from mxnet.gluon.data import DataLoader
 from tqdm import tqdm
 
+from ..helper_signals import end_loader_workers
+
 from .voc import VOC07MApMetric, VOCMApMetric
 
 __all__ = ['evaluate', 'evaluate_voc', 'evaluate_voc07', 'voc_metric', 'voc_result', 'AP_MODES']
@@ -23,8 +25,12 @@ def _batches(dataset, starts, size, num_workers):
     """Lists of the ``size`` items of ``dataset`` from each of ``starts``, in that order."""
     indices = [list(range(s, min(s + size, len(dataset)))) for s in starts]
     if num_workers > 0:
-        yield from DataLoader(dataset, batch_sampler=indices, batchify_fn=list,
-                              num_workers=num_workers)
+        loader = DataLoader(dataset, batch_sampler=indices, batchify_fn=list,
+                            num_workers=num_workers)
+        try:
+            yield from loader
+        finally:      # also when the caller stops early (a signal abandons a validation)
+            end_loader_workers(loader)
         return
     for batch in indices:     # a DataLoader would only add a gc.collect()
         yield [dataset[i] for i in batch]
