@@ -60,18 +60,35 @@ class Results:
         The model's class names.
     track_ids : numpy.ndarray or None
         ``N`` int64 track ids (-1: not tracked) when predicting with ``track=True``.
+    detections : Detections
+        All of them as one :class:`~gluondet.detections.Detections`, with every field the
+        model and the stages gave (``boxes``, ``scores``, ``class_ids`` and ``track_ids``
+        read it).
     """
 
-    def __init__(self, source, frame, image, detections, names, track_ids=None, time=None):
+    def __init__(self, source, frame, image, detections, names, time=None):
         self.source = source
         self.frame = frame
         self.time = time
         self.image = image
-        self.boxes = detections.boxes
-        self.scores = detections.scores
-        self.class_ids = detections.ids
+        self.detections = detections
         self.names = tuple(names)
-        self.track_ids = track_ids
+
+    @property
+    def boxes(self):
+        return self.detections.boxes
+
+    @property
+    def scores(self):
+        return self.detections.scores
+
+    @property
+    def class_ids(self):
+        return self.detections.ids
+
+    @property
+    def track_ids(self):
+        return self.detections.get('track_ids')
 
     def __len__(self):
         return len(self.scores)
@@ -84,16 +101,13 @@ class Results:
         return [self.names[i] for i in self.class_ids]
 
     def to_list(self):
-        """One dict per detection: ``box`` (xyxy), ``score``, ``class_id``, ``name`` and, when
-        tracking, ``track_id``."""
-        rows = []
-        for i, (box, score, cls) in enumerate(zip(self.boxes.tolist(), self.scores.tolist(),
-                                                  self.class_ids.tolist())):
-            row = {'box': box, 'score': score, 'class_id': cls, 'name': self.names[cls]}
-            if self.track_ids is not None:
-                row['track_id'] = int(self.track_ids[i])
-            rows.append(row)
-        return rows
+        """One dict per detection: ``box`` (xyxy), ``score``, ``class_id``, ``name``, then its
+        other fields (``track_id`` when tracking)."""
+        return [dict({'box': box, 'score': score, 'class_id': cls, 'name': self.names[cls]},
+                     **others)
+                for box, score, cls, others in zip(self.boxes.tolist(), self.scores.tolist(),
+                                                   self.class_ids.tolist(),
+                                                   self.detections.other_fields())]
 
     def plot(self, conf=0.0):
         """The image with the boxes scoring at least ``conf`` drawn (class, score, track id).
@@ -387,9 +401,9 @@ class Detector:
         from .deploy.infer import detect_frames, frame_setup
         with frames:
             predictor, size, tracker = frame_setup(predictor, frames, views, batch_size, track)
-            for frame, found, ids in detect_frames(predictor, frames, size, tracker=tracker):
+            for frame, found in detect_frames(predictor, frames, size, tracker=tracker):
                 yield Results(frame.name, frame.index, frame.image, found, predictor.classes,
-                              ids, frame.time)
+                              frame.time)
 
     # ------------------------------------------------------------ export
 

@@ -18,7 +18,8 @@ from gluondet.data.kitti import parse_kitti_label
 from gluondet.data.preprocess import fixed_size
 from gluondet.deploy.commands import evaluate_model, infer
 from gluondet.deploy.networks import load_network
-from gluondet.deploy.predictor import Detections, Predictor
+from gluondet.deploy.predictor import Predictor
+from gluondet.detections import Detections
 from gluondet.deploy.runners import MXNetRunner
 from gluondet.metrics import VOC07MApMetric, coco_evaluate
 from gluondet.metrics import evaluation

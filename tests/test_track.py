@@ -11,7 +11,7 @@ import re
 import numpy as np
 import pytest
 
-from gluondet.deploy.predictor import Detections
+from gluondet.detections import Detections
 from gluondet.deploy.track import ByteTrack, _assign
 
 Thing = collections.namedtuple('Thing', ['box', 'velocity', 'frames', 'score', 'class_id'])

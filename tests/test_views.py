@@ -16,7 +16,8 @@ from gluondet.data import VOCDetection
 from gluondet.data.base import read_image
 from gluondet.deploy import compare_detections, detecting_random_weights
 from gluondet.deploy.commands import export_model
-from gluondet.deploy.predictor import Detections, Predictor
+from gluondet.deploy.predictor import Predictor
+from gluondet.detections import Detections
 from gluondet.deploy.views import (TTA, Slicing, ViewPredictor, fuse_boxes, merge_nms,
                                    tile_windows)
 from gluondet.model_zoo import get_model
@@ -166,9 +167,8 @@ def test_tiles_map_back_exactly(detector):
     mosaic = np.tile(image, (2, 2, 1))
     own = merge_nms([predictor.detect([image], batch_size=1)[0]], 0.5)
     assert len(own.ids) > 20
-    expected = Detections(*(np.concatenate(parts) for parts in zip(*[
-        own._replace(boxes=own.boxes + np.float32([x, y, x, y]))
-        for y in (0, height) for x in (0, width)])))
+    expected = Detections.concat([own.replace(boxes=own.boxes + np.float32([x, y, x, y]))
+                                  for y in (0, height) for x in (0, width)])
     sliced = ViewPredictor(predictor, Slicing((height, width), overlap=0), batch_size=1)
     assert sliced.windows(2 * height, 2 * width) == [(0, 0, width, height),
                                                      (width, 0, 2 * width, height),
@@ -179,9 +179,9 @@ def test_tiles_map_back_exactly(detector):
     assert len(with_full.windows(2 * height, 2 * width)) == 5
     assert with_full.windows(height, width) == [(0, 0, width, height)]   # not twice
     # an image no larger than a tile: the predictor's own detections
-    for a, b in zip(with_full.detect([image], batch_size=1)[0],
-                    predictor.detect([image], batch_size=1)[0]):
-        np.testing.assert_array_equal(a, b)
+    a, b = with_full.detect([image], batch_size=1)[0], predictor.detect([image], batch_size=1)[0]
+    for name in ('ids', 'scores', 'boxes'):
+        np.testing.assert_array_equal(a[name], b[name])
 
 
 def test_mirrored_view_maps_back_to_the_mirror_on_a_symmetric_image(trained_model, bccd_image):

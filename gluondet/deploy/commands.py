@@ -16,7 +16,7 @@ from .calibration import CalibrationBatches
 from .networks import apply_nms, load_network
 from .openvino import IR_EXTENSION, save_openvino
 from .postprocess import postprocess_from_metadata, postprocess_of
-from .infer import coco_results, infer, kitti_lines, write_json
+from .infer import infer, write_json
 from .predictor import Predictor
 from .sources import ENGINE_EXTENSIONS, metadata_path, model_metadata
 from .symbol import export_symbol
@@ -24,7 +24,7 @@ from .tensorrt import build_engine
 from .views import wrap
 
 __all__ = ['FORMATS', 'export_model', 'export_summary', 'infer', 'evaluate',
-           'evaluate_model', 'coco_results', 'kitti_lines']
+           'evaluate_model']
 
 FORMATS = ('symbol', 'onnx', 'tensorrt', 'openvino')
 DYNAMIC_MAX_BATCH = 8   # largest batch of a dynamic-batch engine unless told

@@ -47,18 +47,16 @@ import threading
 import time
 
 import cv2
-import numpy as np
 from tqdm import tqdm
 
-from ..data.coco import xyxy_to_coco
-from ..data.kitti import check_unique_stems, kitti_line
+from ..data.kitti import check_unique_stems
 from ..files import atomic_write, naming, remove_if_exists
 from ..visualize import draw_boxes, save_image
-from .predictor import Detections, Predictor
+from .predictor import Predictor
 from .streams import open_source
 from .views import wrap
 
-__all__ = ['infer', 'frame_setup', 'detect_frames', 'coco_results', 'kitti_lines', 'json_line',
+__all__ = ['infer', 'frame_setup', 'detect_frames', 'json_line',
            'Stop', 'stop_signals', 'VIDEO_FOURCC']
 
 VIDEO_FOURCC = {'.mp4': 'mp4v', '.avi': 'MJPG'}
@@ -71,44 +69,14 @@ def write_json(path, data):
     atomic_write(path, json.dumps(data))
 
 
-def coco_results(image_id, detections):
-    """COCO results rows of one image's :class:`~gluondet.deploy.predictor.Detections`.
-
-    ``category_id`` is the class index + 1; ``bbox`` is ``xyxy_to_coco`` of the box,
-    ``[xmin, ymin, xmax - xmin + 1, ymax - ymin + 1]``.
-    """
-    bboxes = xyxy_to_coco(detections.boxes).tolist()
-    return [{'image_id': image_id, 'category_id': int(cls) + 1, 'bbox': bbox,
-             'score': float(score)}
-            for cls, bbox, score in zip(detections.ids, bboxes, detections.scores)]
-
-
-def kitti_lines(detections, classes, image_size):
-    """KITTI label lines ``Class 0 0 0 x1 y1 x2 y2 0 0 0 0 0 0 0 score`` of one image.
-
-    Boxes are clipped to the ``(width, height)`` image, as KITTI labels are (and as
-    gluondet's datasets clip what they read), so the lines read back as they were written.
-    """
-    width, height = image_size
-    boxes = np.clip(detections.boxes, 0, [width - 1, height - 1, width - 1, height - 1])
-    return [kitti_line(classes[cls], box, score)
-            for cls, box, score in zip(detections.ids, boxes.tolist(), detections.scores)]
-
-
-def json_line(frame, detections, classes, track_ids=None):
+def json_line(frame, detections, classes):
     """The JSON lines object of one :class:`~gluondet.deploy.streams.Frame` (see the module
-    docstring)."""
-    found = []
-    boxes = np.round(detections.boxes.astype(np.float64), 2).tolist()
-    for i, (cls, score, box) in enumerate(zip(detections.ids.tolist(),
-                                              detections.scores.tolist(), boxes)):
-        found.append({'bbox': box, 'score': round(score, 5), 'class_id': cls,
-                      'class': classes[cls]})
-        if track_ids is not None:
-            found[-1]['track_id'] = int(track_ids[i])
+    docstring); each detection carries every field of ``detections``
+    (:meth:`~gluondet.detections.Detections.json_objects`)."""
     height, width = frame.image.shape[:2]
     return {'frame': frame.index, 'time': None if frame.time is None else round(frame.time, 4),
-            'source': frame.name, 'width': width, 'height': height, 'detections': found}
+            'source': frame.name, 'width': width, 'height': height,
+            'detections': detections.json_objects(classes)}
 
 
 # ---------------------------------------------------------------- stopping
@@ -236,19 +204,20 @@ class _Outputs:
             return os.path.splitext(os.path.basename(frame.name))[0] + ext
         return '%s_%06d%s' % (self.frames.stem, frame.index, ext)
 
-    def write(self, frame, found, track_ids=None):
-        """Write one frame's detections (and their track ids) to every output."""
+    def write(self, frame, found):
+        """Write one frame's detections to every output."""
         self.count += 1
-        self.detections += len(found.ids)
+        self.detections += len(found)
+        track_ids = found.get('track_ids')
         if self.lines is not None:
-            self.lines.write(json_line(frame, found, self.classes, track_ids))
+            self.lines.write(json_line(frame, found, self.classes))
         else:
             height, width = frame.image.shape[:2]
             self.coco[0].append({'id': frame.index + 1, 'file_name': frame.name,
                                  'width': width, 'height': height})
-            self.coco[1].extend(coco_results(frame.index + 1, found))
+            self.coco[1].extend(found.coco_results(frame.index + 1))
         if self.kitti_labels:
-            lines = kitti_lines(found, self.classes, frame.image.shape[1::-1])
+            lines = found.kitti_lines(self.classes, frame.image.shape[1::-1])
             atomic_write(os.path.join(self.kitti_labels, self._name(frame, '.txt')),
                          ''.join(line + '\n' for line in lines))
         if self.visualize or self.video:
@@ -415,25 +384,23 @@ def detect_frames(predictor, frames, size, stop=None, tracker=None, min_score=No
     stop : Stop, optional
         A stop signal ends the reading after the frames read so far.
     tracker : ByteTrack, optional
-        Gives each detection a track id (before ``min_score``, which the tracker's second
-        association needs).
+        Gives each detection its ``track_ids`` field (before ``min_score``, which the
+        tracker's second association needs).
     min_score : float, optional
         Leave detections scoring under it out.
 
     Yields
     ------
-    (Frame, Detections, numpy.ndarray or None)
-        The frame, its detections and their track ids.
+    (Frame, Detections)
     """
     for batch in _batches(frames, size, stop or Stop()):
         found = predictor.detect([frame.image for frame in batch], size)
         for frame, detections in zip(batch, found):
-            ids = None if tracker is None else tracker.update(detections)
+            if tracker is not None:
+                detections = tracker.track(detections)
             if min_score is not None:
-                keep = detections.scores >= min_score
-                detections = Detections(*(part[keep] for part in detections))
-                ids = None if ids is None else ids[keep]
-            yield frame, detections, ids
+                detections = detections.above(min_score)
+            yield frame, detections
 
 
 def _detect(predictor, frames, size, stop, tracker, min_score, outputs, progress):
@@ -441,9 +408,9 @@ def _detect(predictor, frames, size, stop, tracker, min_score, outputs, progress
     skipped = 0
     with tqdm(total=frames.length, disable=not progress, desc='detect (%s)' % predictor.backend,
               unit='image' if frames.kind == 'images' else 'frame') as bar:
-        for frame, detections, ids in detect_frames(predictor, frames, size, stop, tracker,
-                                                    min_score):
-            outputs.write(frame, detections, ids)
+        for frame, detections in detect_frames(predictor, frames, size, stop, tracker,
+                                               min_score):
+            outputs.write(frame, detections)
             bar.update(1 + len(frames.skipped) - skipped)
             skipped = len(frames.skipped)
 

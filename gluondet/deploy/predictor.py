@@ -48,6 +48,7 @@ from mxnet import gluon
 from tqdm import tqdm
 
 from ..data.base import DatasetError, empty_label, read_image
+from ..detections import Detections
 from ..data.preprocess import (check_preprocessing, fixed_size, padded_shape,
                                preprocessing_from_metadata, preprocessing_of, val_transform)
 from ..metadata import read_json
@@ -67,21 +68,13 @@ logger = logging.getLogger('gluondet.deploy')
 
 DEFAULT_BATCH_SIZE = 8          # for runners that take any batch
 
-Detections = collections.namedtuple('Detections', ['ids', 'scores', 'boxes'])
-Detections.__doc__ = """The detections of one image, best first, padding removed.
-
-ids : int64 ``N`` class indices into the predictor's ``classes``.
-scores : float32 ``N``.
-boxes : float32 ``N x 4`` ``xmin, ymin, xmax, ymax`` in original image pixels.
-"""
-
 Prediction = collections.namedtuple('Prediction', ['index', 'source', 'image', 'detections'])
 Prediction.__doc__ = """One input of :meth:`Predictor.predict` and its detections.
 
 index : position of the input in the list given.
 source : the path given, or None for an array.
 image : the decoded ``H x W x 3`` uint8 RGB numpy image.
-detections : :class:`Detections`.
+detections : :class:`~gluondet.detections.Detections`.
 """
 
 

@@ -180,13 +180,18 @@ class ByteTrack:
         self.frame = 0
         self.last_id = 0
 
+    def track(self, detections):
+        """One frame's :class:`~gluondet.detections.Detections` with their ``track_ids``
+        field (see :meth:`update`)."""
+        return detections.replace(track_ids=self.update(detections))
+
     def update(self, detections):
         """Track one frame's detections.
 
         Parameters
         ----------
         detections : Detections
-            The frame's :class:`~gluondet.deploy.predictor.Detections` (``ids``,
+            The frame's :class:`~gluondet.detections.Detections` (``ids``,
             ``scores``, ``boxes`` in pixels); a frame without detections too.
 
         Returns

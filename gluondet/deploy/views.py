@@ -171,24 +171,10 @@ def _cut(boxes, window, height, width):
 
 # ---------------------------------------------------------------- merging
 
-def _concat(detections):
-    detections = list(detections)
-    if not detections:
-        return Detections(np.zeros(0, np.int64), np.zeros(0, np.float32),
-                          np.zeros((0, 4), np.float32))
-    return Detections(*(np.concatenate(part) for part in zip(*detections)))
-
-
-def _best_first(detections, max_det=None):
-    order = np.argsort(-detections.scores, kind='stable')[:max_det]
-    return Detections(*(part[order] for part in detections))
-
-
 def merge_nms(detections, iou):
     """Class-wise NMS at ``iou`` over several views' :class:`Detections`; best first."""
-    pooled = _concat(detections)
-    keep = nms_keep(pooled.boxes, pooled.scores, pooled.ids, iou)
-    return Detections(*(part[keep] for part in pooled))
+    pooled = Detections.concat(detections)
+    return pooled[nms_keep(pooled.boxes, pooled.scores, pooled.ids, iou)]
 
 
 def fuse_boxes(detections, iou=0.55):
@@ -210,15 +196,15 @@ def fuse_boxes(detections, iou=0.55):
     Detections
         The fused boxes, best first.
     """
-    pooled = _best_first(_concat(detections))
+    pooled = Detections.concat(detections).sorted()
     views = len(detections)
     fused = []
     for cls in np.unique(pooled.ids):
-        mine = (pooled.ids == cls) & (pooled.scores > 0)    # a weight of 0 fuses nothing
-        boxes, scores = pooled.boxes[mine], pooled.scores[mine]
+        mine = np.flatnonzero((pooled.ids == cls) & (pooled.scores > 0))  # weight 0 fuses nothing
         sums = np.zeros((0, 4), np.float64)     # score-weighted coordinate sums
-        weights, counts = [], []
-        for box, score in zip(boxes, scores):
+        weights, counts, firsts = [], [], []
+        for i in mine:
+            box, score = pooled.boxes[i], pooled.scores[i]
             if weights:
                 overlaps = bbox_iou(box[None], sums / np.array(weights)[:, None])[0]
                 best = int(np.argmax(overlaps))
@@ -230,12 +216,13 @@ def fuse_boxes(detections, iou=0.55):
             sums = np.vstack([sums, score * box])
             weights.append(float(score))
             counts.append(1)
+            firsts.append(i)
         weights, counts = np.array(weights), np.array(counts)
-        fused.append(Detections(np.full(len(counts), cls, np.int64),
-                                (weights / counts * np.minimum(counts, views) / views
-                                 ).astype(np.float32),
-                                (sums / weights[:, None]).astype(np.float32)))
-    return _best_first(_concat(fused))
+        # a cluster's other fields are its best box's
+        fused.append(pooled[np.array(firsts, np.int64)].replace(
+            scores=weights / counts * np.minimum(counts, views) / views,
+            boxes=sums / weights[:, None]))
+    return Detections.concat(fused).sorted() if fused else pooled[:0]
 
 
 def _merge_tiles(found, windows, height, width, iou):
@@ -244,10 +231,11 @@ def _merge_tiles(found, windows, height, width, iou):
     shifted, cut, source = [], [], []
     for w, (window, detections) in enumerate(zip(windows, found)):
         cut.append(_cut(detections.boxes, window, height, width))
-        shifted.append(detections._replace(
+        shifted.append(detections.replace(
             boxes=detections.boxes + np.array(window[:2] * 2, np.float32)))
-        source.append(np.full(len(detections.ids), w))
-    pooled, cut, source = _concat(shifted), np.concatenate(cut), np.concatenate(source)
+        source.append(np.full(len(detections), w))
+    pooled, cut, source = (Detections.concat(shifted), np.concatenate(cut),
+                           np.concatenate(source))
     keep = ~cut
     for i in np.flatnonzero(cut):
         whole = ~cut & (pooled.ids == pooled.ids[i]) & (source != source[i])
@@ -256,7 +244,7 @@ def _merge_tiles(found, windows, height, width, iou):
                                 - np.maximum(pooled.boxes[whole, :2], box[:2]), 0, None), axis=1)
         area = np.prod(box[2:] - box[:2])
         keep[i] = not (area > 0 and (inter > COVERED * area).any())
-    return merge_nms([Detections(*(part[keep] for part in pooled))], iou)
+    return merge_nms([pooled[keep]], iou)
 
 
 # ---------------------------------------------------------------- the predictor
@@ -357,7 +345,7 @@ class ViewPredictor:
                       else merge_nms(views, self.tta.iou) for views in found]
             if len(windows) > 1:    # one tile (a small image): the predictor's detections
                 merged = [_merge_tiles(merged, windows, *image.shape[:2], self.slice.iou)]
-            results.append(_best_first(merged[0], self.max_det))
+            results.append(merged[0].sorted()[:self.max_det])
         return results
 
     def view_detections(self, images):
@@ -379,7 +367,7 @@ class ViewPredictor:
             samples = [self.predictor.transform(view_image(images[i], view, self._fill),
                                                 empty_label()) for i, view in chunk]
             for (_, view), item in zip(chunk, self.predictor.detect_samples(samples)):
-                found.append(item._replace(boxes=view_boxes(item.boxes, view)))
+                found.append(item.replace(boxes=view_boxes(item.boxes, view)))
         views = len(self._augments)
         per_window = [found[k:k + views] for k in range(0, len(found), views)]
         out = []
