@@ -112,6 +112,9 @@ class Detections:
     def __repr__(self):
         return 'Detections(%d; %s)' % (len(self), ', '.join(self._fields))
 
+    def __reduce__(self):      # pickled whole (a distributed validation gathers them)
+        return _rebuild, (self._fields,)
+
     def replace(self, **fields):
         """A copy with ``fields`` set (None removes a field other than the required ones)."""
         values = dict(self._fields)
@@ -182,3 +185,7 @@ class Detections:
                 for row, item in zip(rows, value.tolist()):
                     row[key] = item
         return rows
+
+
+def _rebuild(fields):
+    return Detections(**fields)

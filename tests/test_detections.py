@@ -1,5 +1,7 @@
 """gluondet.detections: one image's detections, every field kept by every operation."""
+import copy
 import json
+import pickle
 
 import numpy as np
 import pytest
@@ -67,3 +69,10 @@ def test_conversions_carry_every_field():
     assert objects[0] == {'bbox': [0.0, 0.0, 9.0, 9.0], 'score': 0.9, 'class_id': 2,
                           'class': 'c', 'track_id': 7, 'embedding': [0.5]}
     json.dumps(objects)
+
+
+def test_pickled_and_copied_whole():
+    d = _three(track_ids=[7, -1, 3])
+    for back in (pickle.loads(pickle.dumps(d)), copy.deepcopy(d), copy.copy(d)):
+        assert back.fields == d.fields and back.track_ids.tolist() == [7, -1, 3]
+        assert back.boxes.tolist() == d.boxes.tolist()
