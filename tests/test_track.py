@@ -161,6 +161,17 @@ def test_a_double_detection_leaves_no_second_track_on_the_object():
     assert found['a'] == ids(1, range(40), first=14)
 
 
+def test_a_duplicate_drops_the_track_of_the_shorter_span_not_the_later_start():
+    """A lost track (seen 4 frames) that a longer-tracked, later-started one drives over:
+    ByteTrack drops the lost one, so the moving object keeps its id (dropping the later
+    start would drop the live track and give the object the lost one's id)."""
+    things = {'gone': Thing((200, 10, 250, 60), (0, 0), range(4), 0.9),
+              'comer': Thing((130, 13, 180, 63), (5, 0), range(2, 30), 0.9)}
+    found = track(things, 30)
+    assert found['gone'] == ids(1, range(4))
+    assert found['comer'] == ids(2, range(2, 30), first=2)
+
+
 def test_matching_is_across_classes_unless_per_class():
     """A detector that calls the same object a circle, then a square, keeps one track."""
     things = {'a': Thing((10, 10, 60, 60), (4, 2), range(20), 0.9, 0),

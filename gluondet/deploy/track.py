@@ -20,8 +20,8 @@ boxes by IoU, in ByteTrack's order:
 
 Lost tracks are dropped once unmatched for more than ``track_buffer`` frames at 30 frames
 per second (scaled to ``frame_rate``); a track of this frame overlapping a lost track (of
-its class, with ``per_class``) by IoU > 0.85 is a duplicate, and the younger of the two is
-dropped. Each assignment is the least-cost one
+its class, with ``per_class``) by IoU > 0.85 is a duplicate, and the one tracked for the
+shorter span (first to last match; the tracked one on a tie) is dropped, as in ByteTrack. Each assignment is the least-cost one
 (:func:`scipy.optimize.linear_sum_assignment`), where leaving a track or a detection
 unmatched costs half the threshold (what ``lap.lapjv``'s ``cost_limit`` does in ByteTrack
 and Ultralytics), so a pair costing more than the threshold never matches.
@@ -270,14 +270,16 @@ class ByteTrack:
 
     def _duplicates(self):
         """Of each tracked and lost pair overlapping by IoU > 0.85 (of one class if
-        ``per_class``), the younger track."""
+        ``per_class``), the one tracked for the shorter span (first to last match), the
+        tracked one on a tie: ByteTrack's rule."""
         tracked = [t for t in self.tracks if not t.lost]
         lost = [t for t in self.tracks if t.lost]
         if not tracked or not lost:
             return []
         overlap = bbox_iou(np.stack([t.box for t in tracked]), np.stack([t.box for t in lost]))
-        younger = []
+        shorter = []
         for i, j in zip(*np.nonzero(overlap > DUPLICATE_IOU)):
             if not self.per_class or tracked[i].class_id == lost[j].class_id:
-                younger.append(max(tracked[i], lost[j], key=lambda t: t.start))
-        return younger
+                a, b = tracked[i], lost[j]
+                shorter.append(b if a.last - a.start > b.last - b.start else a)
+        return shorter
