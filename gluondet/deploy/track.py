@@ -21,10 +21,11 @@ boxes by IoU, in ByteTrack's order:
 Lost tracks are dropped once unmatched for more than ``track_buffer`` frames at 30 frames
 per second (scaled to ``frame_rate``); a track of this frame overlapping a lost track (of
 its class, with ``per_class``) by IoU > 0.85 is a duplicate, and the one tracked for the
-shorter span (first to last match; the tracked one on a tie) is dropped, as in ByteTrack. Each assignment is the least-cost one
-(:func:`scipy.optimize.linear_sum_assignment`), where leaving a track or a detection
-unmatched costs half the threshold (what ``lap.lapjv``'s ``cost_limit`` does in ByteTrack
-and Ultralytics), so a pair costing more than the threshold never matches.
+shorter span (first to last match; the tracked one on a tie) is dropped, as in ByteTrack.
+Each assignment is the least-cost one (:func:`scipy.optimize.linear_sum_assignment`), where
+leaving a track or a detection unmatched costs half the threshold (what ``lap.lapjv``'s
+``cost_limit`` does in ByteTrack and Ultralytics), so a pair costing more than the threshold
+never matches.
 
 Ids start at 1 and are never reused; a track gets its id when it is confirmed, so the
 ids reported are consecutive. Matching is across classes by default, as in ByteTrack and
