@@ -248,11 +248,10 @@ def test_mjpeg_stream_without_reconnect_ends_at_its_first_drop(model, tmp_path):
 
 # ---------------------------------------------------------------- stopping
 
-def _interruptible():
-    """SIGINT as in a terminal's foreground: a test run started in the background of a
-    non-interactive shell inherits it ignored, and infer (as Python) leaves an ignored SIGINT
-    alone."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
+def _backgrounded():
+    """SIGINT as a job started with ``&`` from a script inherits it: ignored (POSIX shells
+    without job control); infer still stops on it."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def interrupt(argv, lines, signum, least, settle=0.0):
@@ -261,7 +260,7 @@ def interrupt(argv, lines, signum, least, settle=0.0):
     seconds from the signal to the exit)``."""
     proc = subprocess.Popen([sys.executable, '-m', 'gluondet', 'infer', *argv],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True, preexec_fn=_interruptible)
+                            start_new_session=True, preexec_fn=_backgrounded)
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and proc.poll() is None:

@@ -100,12 +100,11 @@ class Stop:
 def stop_signals(stop):
     """Inside, SIGINT and SIGTERM set ``stop.signum`` (a :class:`Stop`) instead of ending
     the process, so that a reading loop stops and closes its files; a second SIGINT raises
-    KeyboardInterrupt. Handlers go in the main thread only, and not over a signal ignored
-    (``nohup``)."""
+    KeyboardInterrupt. Handlers go in the main thread only, also over a SIGINT inherited
+    ignored (a job started with ``&`` from a script gets it so), as `gluondet train`'s."""
     previous = {}
     if threading.current_thread() is threading.main_thread():
-        previous = {s: signal.signal(s, stop.handle) for s in (signal.SIGINT, signal.SIGTERM)
-                    if signal.getsignal(s) is not signal.SIG_IGN}
+        previous = {s: signal.signal(s, stop.handle) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield
     finally:
