@@ -409,8 +409,8 @@ def _launch(args):
 COMMANDS = [
     ('demo', 'train a small SSD, Faster R-CNN, RetinaNet, YOLOv3 or CenterNet on the embedded '
      'demo data and print its mAP', _demo_arguments, _demo),
-    ('export', 'export a detector as an MXNet symbol, an ONNX model or a TensorRT engine',
-     _export_arguments, _export),
+    ('export', 'export a detector as an MXNet symbol, an ONNX model, an OpenVINO IR or a '
+     'TensorRT engine', _export_arguments, _export),
     ('infer', 'detect objects in images, videos, cameras and streams: COCO json or JSON lines, '
      'KITTI labels, drawn images and video, track ids',
      _infer_arguments, _infer),

@@ -185,6 +185,8 @@ def test_benchmark(model, tmp_path, capsys, backend):
     record = json.loads(output.read_text())
     assert [(row['batch_size'], row['iterations']) for row in record['results']] == [
         (1, 2), (2, 2)]
+    assert 'sigmoid heatmap, its peaks' in record['timed']   # its own, not an NMS's
+    assert 'NMS within each class' not in record['timed']
 
 
 def test_benchmark_a_zoo_name_with_detecting_weights(capsys):

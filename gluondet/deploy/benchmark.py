@@ -46,6 +46,7 @@ from .calibration import _import_cudart, _import_tensorrt
 from .compare import detecting_random_weights
 from .commands import export_model
 from .openvino import require_openvino
+from .postprocess import postprocess_from_metadata, postprocess_of
 from .predictor import Predictor
 from .sources import BACKEND_OF, BACKENDS, shape_pair, source_kind
 
@@ -56,9 +57,6 @@ FORMAT = 'gluondet-benchmark'
 DEFAULT_ITERS = 100         # timed runs per batch size unless a time limit is given
 IMAGE_SIZE = (480, 640)     # height, width of the synthetic input images
 DEMO_IMAGES = 8             # distinct images, repeated in larger batches
-TIMED = ('the runner on a preprocessed float32 batch: network forward with box decoding and '
-         'NMS, outputs copied to host memory (MXNet synchronized); not image reading, '
-         'resizing, normalization or the boxes scaled to original pixels')
 PERCENTILES = (50, 90, 99)
 
 
@@ -186,11 +184,22 @@ def _with_host_nms(runner, host):
     return run
 
 
-def _timed(host):
-    """What was timed: :data:`TIMED`, and the host NMS if the predictor runs one."""
+def _timed(predictor):
+    """What was timed: the runner with the post-processing its model declares, in its
+    backend's words, and the predictor's host NMS (or cut) if it runs one."""
+    meta = getattr(predictor.runner, 'metadata', None)
+    block = getattr(predictor.runner, 'block', None)
+    post = (postprocess_from_metadata(meta, 'the model') if meta else
+            postprocess_of(block) if hasattr(block, 'postprocess_kind') else None)
+    text = ('the runner on a preprocessed float32 batch: the network forward with %s; outputs '
+            'copied to host memory%s; not image reading, resizing, normalization or the boxes '
+            'scaled to original pixels' % (
+                'its post-processing (%s)' % post.description if post else 'its post-processing',
+                ' (MXNet synchronized)' if predictor.backend == 'mxnet' else ''))
+    host = predictor.nms
     if host is None:
-        return TIMED
-    return TIMED + '; then the predictor\'s %s on the host, each image of the batch' % (
+        return text
+    return text + '; then the predictor\'s %s on the host, each image of the batch' % (
         'NMS' if host.nms else 'score and count cut')
 
 
@@ -383,7 +392,7 @@ def benchmark(model, backend=None, batch_sizes='1', params=None, pretrained=Fals
         used = None
     record = dict(format=FORMAT, model=model, backend=predictor.backend, **described,
                   input_shape=list(batch.shape[1:]), batch_sizes=sizes, threads=used,
-                  warmup=warmup, iters=iters, seconds=seconds, timed=_timed(predictor.nms),
+                  warmup=warmup, iters=iters, seconds=seconds, timed=_timed(predictor),
                   results=results,
                   machine=machine(), versions=versions(),
                   environment={name: os.environ.get(name) for name in (
