@@ -12,7 +12,8 @@ import sys
 from . import detectors
 from .dataset_flags import add_dataset_args, dataset_kwargs
 from .errors import ArgumentParser, UserError, add_debug_flag, run_main
-from .inference_flags import add_nms_arguments, add_view_arguments
+from .inference_flags import (add_nms_arguments, add_track_arguments, add_view_arguments,
+                              track_settings)
 
 
 def _demo_arguments(parser):
@@ -189,14 +190,12 @@ def _infer_arguments(parser):
     add('--threshold', type=float, default=0.3, help='least score of a drawn box')
     add('--vid-stride', type=_at_least(1), default=1, metavar='N',
         help='detect in every N-th frame (image) only (default 1: all)')
-    add('--track', action='store_true',
-        help='give each detection a track id across frames (ByteTrack), in the JSON lines '
-             'and drawn')
     add('--reconnect', type=_at_least(0), default=3, metavar='N',
         help='a camera or stream that drops is opened again up to N times in a row, 1, 2, '
              '4 ... (at most 30) seconds apart, before it counts as ended (default 3)')
     add_nms_arguments(parser)
     add_view_arguments(parser)
+    add_track_arguments(parser)
     parser.epilog = ('Ctrl-C (SIGINT) or SIGTERM stops the reading: the frames read are '
                      'finished, and the JSON lines, video and labels are closed whole.')
 
@@ -211,7 +210,7 @@ def _infer(args):
         backend=args.backend, params=args.params, pretrained=args.pretrained,
         data_shape=args.data_shape, classes=args.classes, batch_size=args.batch_size,
         kitti_labels=args.kitti_labels, visualize=args.visualize, threshold=args.threshold,
-        save_video=args.save_video, vid_stride=args.vid_stride, track=args.track,
+        save_video=args.save_video, vid_stride=args.vid_stride, track=track_settings(args),
         reconnect=args.reconnect, views=views, nms=nms_options(args))
     return 128 + getattr(signal, result['stopped']) if result['stopped'] else 0
 

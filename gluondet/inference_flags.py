@@ -1,16 +1,19 @@
 """The flags of inference's options, one spelling each: the final NMS's (``--conf --iou
 --max-det --agnostic-nms --soft-nms --soft-sigma``, :mod:`gluondet.deploy.nms`), sliced
 inference's and test-time augmentation's (``--slice ... --tta ...``,
-:mod:`gluondet.deploy.views`). ``gluondet infer``, ``evaluate`` and ``benchmark`` add them with
-`add_nms_arguments` and `add_view_arguments`, and read them with
-:func:`gluondet.deploy.nms.nms_options` and :func:`gluondet.deploy.views.view_options`. Like
-:mod:`gluondet.dataset_flags`, it imports nothing heavy (``gluondet --help`` stays fast).
+:mod:`gluondet.deploy.views`) and the tracker's (``--track --track-thresh ...``,
+:class:`gluondet.deploy.track.ByteTrack`). ``gluondet infer``, ``evaluate`` and ``benchmark``
+add the first two with `add_nms_arguments` and `add_view_arguments`, and read them with
+:func:`gluondet.deploy.nms.nms_options` and :func:`gluondet.deploy.views.view_options`;
+``gluondet infer`` adds the tracker's with `add_track_arguments` and reads them with
+`track_settings`. Like :mod:`gluondet.dataset_flags`, it imports nothing heavy (``gluondet
+--help`` stays fast).
 """
 import argparse
 import re
 
-__all__ = ['SOFT_METHODS', 'TTA_SCALES', 'VIEW_DEFAULTS', 'add_nms_arguments',
-           'add_view_arguments']
+__all__ = ['SOFT_METHODS', 'TTA_SCALES', 'VIEW_DEFAULTS', 'TRACK_SETTINGS', 'add_nms_arguments',
+           'add_view_arguments', 'add_track_arguments', 'track_settings']
 
 SOFT_METHODS = ('gaussian', 'linear')
 TTA_SCALES = (1.0, 0.83, 0.67)      # Ultralytics' TTA scales
@@ -102,3 +105,59 @@ def add_view_arguments(parser):
     add('--tta-iou', type=_fraction(True, False), default=VIEW_DEFAULTS['tta_iou'],
         metavar='IOU',
         help='--tta: IoU at which detections of the views are merged (default 0.55)')
+
+
+# ---------------------------------------------------------------- tracking
+
+def _frames(text):
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError('expected a number of frames >= 0, got %r' % text)
+    return value
+
+
+#: ByteTrack's settings a user sets (its keywords; defaults in
+#: :class:`gluondet.deploy.track.ByteTrack`): ``{keyword: (flag, type, metavar, help)}``.
+TRACK_SETTINGS = {
+    'track_thresh': ('--track-thresh', _fraction(False, False), 'SCORE',
+                     'detections scoring at least this are matched first and may start '
+                     'tracks (default 0.5; Ultralytics: track_high_thresh)'),
+    'low_thresh': ('--track-low-thresh', _fraction(False, False), 'SCORE',
+                   'lower-scoring detections above this only continue tracks (default 0.1)'),
+    'new_track_thresh': ('--new-track-thresh', _fraction(False, False), 'SCORE',
+                         'least score that starts a track (default: --track-thresh + 0.1)'),
+    'match_thresh': ('--match-thresh', _fraction(False, False), 'COST',
+                     'largest cost 1 - IoU x score of a match (default 0.8)'),
+    'track_buffer': ('--track-buffer', _frames, 'FRAMES',
+                     'frames (at 30 a second) a lost track waits for its object (default 30)'),
+}
+
+
+def add_track_arguments(parser):
+    """``--track`` and the ByteTrack settings of `TRACK_SETTINGS`."""
+    group = parser.add_argument_group('tracking', 'ByteTrack; each setting needs --track')
+    group.add_argument('--track', action='store_true',
+                       help='give each detection a track id across frames (ByteTrack), in the '
+                            'JSON lines and drawn')
+    for name, (flag, kind, metavar, text) in TRACK_SETTINGS.items():
+        group.add_argument(flag, dest=name, type=kind, metavar=metavar, help=text)
+
+
+def track_settings(args):
+    """``False`` without ``--track``, else the dict of ByteTrack keywords the flags set.
+
+    Raises
+    ------
+    ValueError
+        For a setting given without ``--track``.
+    """
+    given = {name: getattr(args, name) for name in TRACK_SETTINGS
+             if getattr(args, name, None) is not None}
+    if not args.track:
+        if given:
+            raise ValueError('%s needs --track' % TRACK_SETTINGS[next(iter(given))][0])
+        return False
+    return given

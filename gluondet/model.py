@@ -341,9 +341,11 @@ class Detector:
         conf, iou, max_det, agnostic_nms, soft_nms, soft_sigma
             The final NMS (:class:`~gluondet.deploy.nms.NMSOptions`; ``gluondet infer``'s
             ``--conf`` ... ``--soft-sigma``); None keeps the model's.
-        track : bool
+        track : bool or dict
             Give each detection a track id across the frames (:class:`~gluondet.deploy.track.
-            ByteTrack`).
+            ByteTrack`); a dict also sets its settings, ``{'track_thresh': 0.3}``
+            (``gluondet infer``'s ``--track-thresh`` ...: ``TRACK_SETTINGS`` in
+            :mod:`gluondet.inference_flags`).
         slice : int or (int, int), optional
             Sliced inference in tiles of this size (``--slice``), overlapping by
             ``slice_overlap``, with one whole-image pass too if ``slice_full``.
@@ -376,7 +378,9 @@ class Detector:
             items = list(source) if isinstance(source, (list, tuple)) else [source]
             results = self._listed(items, wrap(predictor, views), batch_size)
         else:
+            from .deploy.infer import track_keywords
             from .deploy.streams import open_source
+            track_keywords(track)       # a wrong key fails here, not at the first frame
             frames = open_source(os.fspath(source) if not isinstance(source, int) else source,
                                  vid_stride)
             results = self._read(frames, predictor, views, batch_size, track)

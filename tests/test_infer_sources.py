@@ -168,6 +168,33 @@ def test_track_ids_are_written_and_drawn(model, video, tmp_path):
     assert (draw_boxes(image, box, [0], [0.9], DEMO_CLASSES, labels=['']) == plain).all()
 
 
+def test_the_tracker_settings_are_flags_and_keywords(model, video, tmp_path, capsys):
+    # a new track needs a score of at least 1, which no detection has: none is tracked
+    lines = str(tmp_path / 'strict.jsonl')
+    assert main(['infer', *model, '--source', video, '--output', lines, '--track',
+                 '--new-track-thresh', '1', '--track-buffer', '5']) == 0
+    ids = [d['track_id'] for line in read_lines(lines) for d in line['detections']]
+    assert ids and set(ids) == {-1}
+    result = infer(NETWORK, video, str(tmp_path / 'same.jsonl'), params=model[3],
+                   classes=DEMO_CLASSES, data_shape=128, progress=False,
+                   track={'new_track_thresh': 1.0, 'track_buffer': 5})
+    assert result['frames'] == 40
+    assert read_lines(str(tmp_path / 'same.jsonl')) == read_lines(lines)
+    with pytest.raises(ValueError, match="no ByteTrack setting 'thresh' \\(settings: "
+                                         "track_thresh, low_thresh"):
+        infer(NETWORK, video, str(tmp_path / 'x.jsonl'), params=model[3], data_shape=128,
+              classes=DEMO_CLASSES, track={'thresh': 0.3})
+    capsys.readouterr()
+    assert main(['infer', *model, '--source', video, '--output', lines,
+                 '--track-thresh', '0.3']) == 1
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        'gluondet infer: error: --track-thresh needs --track')
+    with pytest.raises(SystemExit) as usage:
+        main(['infer', *model, '--source', video, '--track', '--track-buffer', '-1'])
+    assert usage.value.code == 2
+    assert "--track-buffer: expected a number of frames >= 0, got '-1'" in capsys.readouterr().err
+
+
 # ---------------------------------------------------------------- MJPEG over HTTP
 
 class MJPEGServer:

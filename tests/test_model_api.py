@@ -108,6 +108,13 @@ def test_predict_a_video_with_tracking_nms_options_and_slicing(trained, kitti, t
     np.testing.assert_array_equal(sliced[0].boxes, found.boxes)
     with pytest.raises(ValueError, match='not a list of images'):
         d.predict([results[0].image], track=True)
+    # the tracker's settings (gluondet infer's --new-track-thresh ...): none starts a track
+    strict = d.predict(video, conf=0.05, max_det=5, vid_stride=2,
+                       track={'new_track_thresh': 1.0})
+    assert [r.boxes.tolist() for r in strict] == [r.boxes.tolist() for r in results]
+    assert all((r.track_ids == -1).all() for r in strict) and any(len(r) for r in strict)
+    with pytest.raises(ValueError, match="no ByteTrack setting 'buffer'"):
+        d.predict(video, track={'buffer': 10}, stream=True)
 
 
 def test_export_onnx_then_the_exported_model_predicts_the_same(trained, kitti):

@@ -51,6 +51,7 @@ from tqdm import tqdm
 
 from ..data.kitti import check_unique_stems
 from ..files import atomic_write, naming, remove_if_exists
+from ..inference_flags import TRACK_SETTINGS
 from ..visualize import draw_boxes, save_image
 from .predictor import Predictor
 from .streams import open_source
@@ -309,9 +310,10 @@ def infer(model, source=None, output=None, backend=None, params=None, pretrained
         A video, camera or stream drawn into this ``.mp4`` (or ``.avi``) file.
     vid_stride : int
         Keep every ``vid_stride``-th frame (image).
-    track : bool
+    track : bool or dict
         Give each detection a track id across frames (:class:`~gluondet.deploy.track.
-        ByteTrack`, at the source's frame rate divided by the stride).
+        ByteTrack`, at the source's frame rate divided by the stride); a dict: True, with
+        these ByteTrack settings (:data:`gluondet.inference_flags.TRACK_SETTINGS`).
     reconnect : int
         Attempts in a row to open a dropped camera or stream again.
     images : str, optional
@@ -364,10 +366,24 @@ def frame_setup(predictor, frames, views=None, batch_size=None, track=False):
     size = predictor.batch_size(batch_size or (predictor.batch_range[0] if frames.live
                                                else None))
     tracker = None
-    if track:
+    settings = track_keywords(track)
+    if settings is not None:
         from .track import ByteTrack
-        tracker = ByteTrack(frame_rate=(frames.fps or DEFAULT_FPS) / frames.stride)
+        tracker = ByteTrack(frame_rate=(frames.fps or DEFAULT_FPS) / frames.stride, **settings)
     return wrap(predictor, views, size), size, tracker
+
+
+def track_keywords(track):
+    """The ByteTrack keywords of ``track`` (False, True or a dict of `TRACK_SETTINGS`), or
+    None for no tracking; a ValueError names a key that is no setting."""
+    if not track:
+        return None
+    settings = {} if track is True else dict(track)
+    unknown = sorted(set(settings) - set(TRACK_SETTINGS))
+    if unknown:
+        raise ValueError('track: no ByteTrack setting %s (settings: %s)'
+                         % (', '.join(map(repr, unknown)), ', '.join(TRACK_SETTINGS)))
+    return settings
 
 
 def detect_frames(predictor, frames, size, stop=None, tracker=None, min_score=None):
