@@ -148,6 +148,43 @@ def test_a_corrupt_frame_of_a_video_file_is_a_counted_warning(model, tmp_path, c
     assert read_video(str(tmp_path / 'drawn.mp4'))[0] == 11
 
 
+def _garble(path, start=0.4, end=0.55):
+    """Overwrite the bytes of ``path`` from fraction ``start`` to ``end`` of its length."""
+    with open(path, 'rb') as f:
+        data = bytearray(f.read())
+    first, last = int(len(data) * start), int(len(data) * end)
+    data[first:last] = b'x' * (last - first)
+    with open(path, 'wb') as f:
+        f.write(data)
+
+
+def test_a_corrupt_stretch_of_a_video_is_skipped_and_counted_to_its_end(tmp_path, caplog):
+    path = str(tmp_path / 'stretch.mp4')
+    write_video(path, 40)
+    _garble(path)                                    # several frames in a row: garbage
+    with open_source(path) as source:
+        read = [frame.index for frame in source]
+        problems = dict(source.problems)
+    lost = sorted(set(range(40)) - set(read))
+    assert read[-1] == 39 and len(lost) >= 3         # three failed reads no longer end it
+    assert lost == list(range(lost[0], lost[-1] + 1))
+    assert problems == {'unreadable frame': len(lost)}
+    assert 'stretch.mp4: %d frames could not be read after frame %d' % (
+        len(lost), lost[0] - 1) in caplog.text
+
+    # in an AVI the decoder skips over such a stretch: the frames missing from its length
+    path = str(tmp_path / 'stretch.avi')
+    writer = cv2.VideoWriter(path, cv2.VideoWriter_fourcc(*'MJPG'), FPS, (WIDTH, HEIGHT))
+    for frame in frames(40):
+        writer.write(cv2.cvtColor(frame, cv2.COLOR_RGB2BGR))
+    writer.release()
+    _garble(path)
+    with open_source(path) as source:
+        read = list(source)
+        problems = dict(source.problems)
+    assert 30 < len(read) < 40 and problems == {'unreadable frame': 40 - len(read)}
+
+
 def test_track_ids_are_written_and_drawn(model, video, tmp_path):
     result = infer(NETWORK, video, str(tmp_path / 'det.jsonl'), params=model[3],
                    classes=DEMO_CLASSES, data_shape=128, track=True, progress=False,

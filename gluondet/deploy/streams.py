@@ -14,7 +14,8 @@ time; ``stride`` keeps the frames whose index is a multiple of it.
 
 Bad input does not stop the reading: an image file that cannot be decoded, or a video
 frame that cannot (OpenCV's read fails, then succeeds again), is a warning, counted in
-:attr:`Source.problems`. Three failed reads in a row end a video file; a live source (a
+:attr:`Source.problems`. A video file of known length is read to its end, past corrupt
+stretches; one of unknown length ends after three failed reads in a row; a live source (a
 camera, or a stream of unknown length) is then opened again, up to ``reconnect`` times in a
 row, ``retry_delay`` seconds apart, doubling up to :data:`MAX_RETRY_DELAY`, before it
 counts as ended (each drop is a counted warning; a frame read resets the count). A
@@ -95,8 +96,8 @@ class Source:
         self.problems = collections.Counter()
         self.skipped = []
 
-    def _warn(self, problem, message, *args):
-        self.problems[problem] += 1
+    def _warn(self, problem, message, *args, count=1):
+        self.problems[problem] += count
         logger.warning(message, *args)
 
     def close(self):
@@ -149,7 +150,8 @@ class VideoSource(Source):
         count = self._capture.get(cv2.CAP_PROP_FRAME_COUNT)
         finite = 0 < count < 2 ** 53
         self.live = kind == 'camera' or (kind == 'stream' and not finite)
-        self.length = -(-int(count) // stride) if finite else None
+        self._frames = int(count) if finite else None
+        self.length = -(-self._frames // stride) if finite else None
         self._opened_at = time.monotonic()
         self._read = 0      # frames read since first opened
 
@@ -175,13 +177,15 @@ class VideoSource(Source):
     def __iter__(self):
         failed = drops = 0      # failed reads in a row; openings again in a row
         last = -1               # index of the last frame read
+        lost = 0                # frames whose read failed, counted
         while self._capture is not None and not self.stopped():
             if not self._capture.grab():
                 failed += 1
-                if failed < FAILED_READS:
+                if failed < self._patience(last):
                     continue
                 failed = 0
                 if not self.live:
+                    self._count_unread(lost)
                     return
                 self._warn('stream drop', '%s: no frame in %d reads after frame %d (the '
                            'stream dropped or ended)', self.name, FAILED_READS, last)
@@ -191,7 +195,8 @@ class VideoSource(Source):
                 continue
             if failed:
                 self._warn('unreadable frame', '%s: %d frame%s could not be read after frame %d',
-                           self.name, failed, 's' * (failed > 1), last)
+                           self.name, failed, 's' * (failed > 1), last, count=failed)
+                lost += failed
             failed = drops = 0
             last, seconds = self._position()
             self._read += 1
@@ -203,6 +208,22 @@ class VideoSource(Source):
                            last)
                 continue
             yield Frame(last, self.name, seconds, cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB))
+
+    def _patience(self, last):
+        """Failed reads in a row that end the source after frame ``last``: a video of known
+        length goes on to its end (a corrupt stretch fails one read a frame, and decoding
+        resumes after it), anything else stops (or reconnects) after `FAILED_READS`."""
+        if self.live or self.length is None:
+            return FAILED_READS
+        return max(FAILED_READS, self._frames - 1 - last)
+
+    def _count_unread(self, lost):
+        """At a video's end: warn of the frames its length has that no read gave nor a
+        failed read counted (a stretch the decoder skipped over, a cut-off end)."""
+        missing = (self._frames or 0) - self._read - lost
+        if missing > 0:
+            self._warn('unreadable frame', '%s: ended after %d of its %d frames: %d could not '
+                       'be read', self.name, self._read, self._frames, missing, count=missing)
 
     def _position(self):
         """``(index, time)`` of the frame just read: a video's from its timestamp (so a
