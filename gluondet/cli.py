@@ -197,7 +197,8 @@ def _infer_arguments(parser):
     add_view_arguments(parser)
     add_track_arguments(parser)
     parser.epilog = ('Ctrl-C (SIGINT) or SIGTERM stops the reading: the frames read are '
-                     'finished, and the JSON lines, video and labels are closed whole.')
+                     'finished (with --slice or --tta, those whose views are running are '
+                     'left out), and the JSON lines, video and labels are closed whole.')
 
 
 def _infer(args):

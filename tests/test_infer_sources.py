@@ -372,6 +372,38 @@ def test_ctrl_c_ends_the_wait_for_a_dropped_stream(model, tmp_path):
     assert len(read_lines(lines)) == 6
 
 
+def test_an_image_of_many_tiles_is_warned_of_and_one_ctrl_c_stops_it(model, tmp_path):
+    folder = tmp_path / 'images'
+    folder.mkdir()
+    cv2.imwrite(str(folder / 'a_small.jpg'), cv2.resize(frames(1)[0], (20, 20)))   # 9 tiles
+    cv2.imwrite(str(folder / 'b_large.jpg'), cv2.resize(frames(1)[0], (1000, 1000)))
+    lines, err_path = str(tmp_path / 'det.jsonl'), str(tmp_path / 'err.txt')
+    with open(err_path, 'w') as err:
+        proc = subprocess.Popen(
+            [sys.executable, '-m', 'gluondet', 'infer', *model, '--source', str(folder),
+             '--output', lines, '--slice', '16', '--slice-overlap', '0.9', '--batch-size', '1'],
+            stdout=subprocess.PIPE, stderr=err, text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while 'views' not in open(err_path).read() and time.monotonic() < deadline:
+            assert proc.poll() is None, open(err_path).read()
+            time.sleep(0.1)
+        time.sleep(1)
+        sent = time.monotonic()
+        os.killpg(proc.pid, signal.SIGINT)
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    err = open(err_path).read()
+    assert proc.returncode == 130 and 'Traceback' not in err, err
+    assert time.monotonic() - sent < 10
+    # 1000 px in 16 px tiles 2 px apart (0.9 overlap): 493 x 493 tiles
+    assert 'a 1000x1000 image makes 243049 views (243049 tiles), as many runs' in err
+    assert 'stopped by SIGINT' in out
+    assert [os.path.basename(line['source']) for line in read_lines(lines)] == ['a_small.jpg']
+
+
 # ---------------------------------------------------------------- images, errors
 
 def test_folder_and_glob_sources(model, tmp_path, capsys, caplog):

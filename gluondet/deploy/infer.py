@@ -55,7 +55,7 @@ from ..inference_flags import TRACK_SETTINGS
 from ..visualize import draw_boxes, save_image
 from .predictor import Predictor
 from .streams import open_source
-from .views import wrap
+from .views import Abandoned, wrap
 
 __all__ = ['infer', 'frame_setup', 'detect_frames', 'json_line',
            'Stop', 'stop_signals', 'VIDEO_FOURCC']
@@ -341,7 +341,7 @@ def infer(model, source=None, output=None, backend=None, params=None, pretrained
         output = _check_outputs(frames, output, save_video)
         if kitti_labels and frames.kind == 'images':
             check_unique_stems(frames.paths)
-        viewed, size, tracker = frame_setup(predictor, frames, views, batch_size, track)
+        viewed, size, tracker = frame_setup(predictor, frames, views, batch_size, track, stop)
         outputs = _Outputs(frames, predictor.classes, output, kitti_labels, visualize,
                            save_video, threshold)
         start = time.monotonic()
@@ -355,13 +355,14 @@ def infer(model, source=None, output=None, backend=None, params=None, pretrained
     return _report(frames, predictor, outputs, files, seconds, stop.signum)
 
 
-def frame_setup(predictor, frames, views=None, batch_size=None, track=False):
+def frame_setup(predictor, frames, views=None, batch_size=None, track=False, stop=None):
     """What reading ``frames`` with ``predictor`` takes: ``(predictor on the views, batch,
     tracker or None)``.
 
     A live source's default batch is the least the model takes (no frame waits for others);
     the tracker (:class:`~gluondet.deploy.track.ByteTrack`, with ``track``) runs at the
-    source's frame rate divided by its stride.
+    source's frame rate divided by its stride; a ``stop`` (:class:`Stop`) signal also ends
+    the views of an image (a frame of millions of tiles is not waited for).
     """
     size = predictor.batch_size(batch_size or (predictor.batch_range[0] if frames.live
                                                else None))
@@ -370,7 +371,7 @@ def frame_setup(predictor, frames, views=None, batch_size=None, track=False):
     if settings is not None:
         from .track import ByteTrack
         tracker = ByteTrack(frame_rate=(frames.fps or DEFAULT_FPS) / frames.stride, **settings)
-    return wrap(predictor, views, size), size, tracker
+    return wrap(predictor, views, size, stop), size, tracker
 
 
 def track_keywords(track):
@@ -397,7 +398,8 @@ def detect_frames(predictor, frames, size, stop=None, tracker=None, min_score=No
     size : int
         The batch.
     stop : Stop, optional
-        A stop signal ends the reading after the frames read so far.
+        A stop signal ends the reading after the frames read so far (those of a batch
+        whose views it abandoned, :class:`~gluondet.deploy.views.Abandoned`, are left out).
     tracker : ByteTrack, optional
         Gives each detection its ``track_ids`` field (before ``min_score``, which the
         tracker's second association needs).
@@ -409,7 +411,10 @@ def detect_frames(predictor, frames, size, stop=None, tracker=None, min_score=No
     (Frame, Detections)
     """
     for batch in _batches(frames, size, stop or Stop()):
-        found = predictor.detect([frame.image for frame in batch], size)
+        try:
+            found = predictor.detect([frame.image for frame in batch], size)
+        except Abandoned:
+            return
         for frame, detections in zip(batch, found):
             if tracker is not None:
                 detections = tracker.track(detections)
@@ -433,14 +438,16 @@ def _detect(predictor, frames, size, stop, tracker, min_score, outputs, progress
 def _report(frames, predictor, outputs, files, seconds, signum):
     """Print what was done; the result of :func:`infer`."""
     images = frames.kind == 'images'
-    if not files:
+    if not files and not signum:
         raise ValueError('none of the %d images in %s could be read' % (len(frames.paths),
                                                                         frames.name)
                          if images else 'no frame could be read from %s' % frames.name)
     unit = 'image' if images else 'frame'
     fps = outputs.count / seconds if seconds > 0 else 0.0
-    where = ('%s (image ids in %s)' % tuple(files) if outputs.coco is not None
+    where = ('nothing (stopped before the first %s was done)' % unit if not files else
+             '%s (image ids in %s)' % tuple(files) if outputs.coco is not None
              else ', '.join(files))
+    files = files or []
     problems = ', '.join('%s: %d' % item for item in sorted(frames.problems.items()))
     print('%s: %d detections in %d %ss written to %s%s'
           % (predictor.backend, outputs.detections, outputs.count, unit, where,

@@ -26,9 +26,14 @@ and runs it on *views* of each image instead of the image itself:
 
 With both, each tile's TTA views are fused first, then the tiles are merged. The views
 of a call's images run through the predictor in batches of ``batch_size``. At most
-``max_det`` detections of an image are kept, best first.
+``max_det`` detections of an image are kept, best first. An image of more than
+:data:`MANY_VIEWS` views is warned of, with their number (each view is a run of the
+model); a ``stopped`` callable that turns true between batches of views abandons the call
+(:class:`Abandoned`), so that a signal stops an image of millions of tiles.
 """
 import collections
+import itertools
+import logging
 import numbers
 import os
 
@@ -41,8 +46,12 @@ from ..inference_flags import TTA_SCALES, VIEW_DEFAULTS
 from .nms import nms_keep
 from .predictor import Detections, Predictions, _as_image, clip_boxes
 
-__all__ = ['Slicing', 'TTA', 'ViewOptions', 'ViewPredictor', 'fuse_boxes', 'merge_nms',
-           'tile_windows', 'view_options', 'wrap']
+__all__ = ['Abandoned', 'MANY_VIEWS', 'Slicing', 'TTA', 'ViewOptions', 'ViewPredictor',
+           'fuse_boxes', 'merge_nms', 'tile_windows', 'view_options', 'wrap']
+
+logger = logging.getLogger('gluondet.deploy')
+
+MANY_VIEWS = 1000       # views of one image (tiles x TTA views) over which a warning says so
 
 EDGE_MARGIN = 0.01      # of a tile's side: a box this near an inner edge is cut by it
 COVERED = 0.5           # share of a cut box inside a whole one that makes it a duplicate
@@ -249,6 +258,10 @@ def _merge_tiles(found, windows, height, width, iou):
 
 # ---------------------------------------------------------------- the predictor
 
+class Abandoned(Exception):
+    """The ``stopped`` callable of a :class:`ViewPredictor` turned true within a call."""
+
+
 class ViewPredictor:
     """A predictor run on views of each image (tiles, flips, scales), merged back.
 
@@ -269,6 +282,8 @@ class ViewPredictor:
         Most detections of an image after merging (default all).
     batch_size : int, optional
         Views per run of the predictor (see its ``batch_size``).
+    stopped : callable, optional
+        Asked between batches of views: true abandons the call (:class:`Abandoned`).
 
     Attributes
     ----------
@@ -277,7 +292,8 @@ class ViewPredictor:
         an ``H x W x 3`` uint8 numpy array (views are made from it).
     """
 
-    def __init__(self, predictor, slice=None, tta=None, max_det=None, batch_size=None):
+    def __init__(self, predictor, slice=None, tta=None, max_det=None, batch_size=None,
+                 stopped=None):
         if slice is not None and not isinstance(slice, Slicing):
             slice = Slicing(slice)
         if tta is True:
@@ -294,6 +310,8 @@ class ViewPredictor:
         scales, flips = (self.tta.scales, (False, True) if self.tta.flip else (False,)) \
             if self.tta else ((1.0,), (False,))
         self._augments = [(flip, scale) for scale in scales for flip in flips]
+        self.stopped = stopped
+        self._warned = set()    # image sizes whose many views were warned of
 
     def __repr__(self):
         return 'ViewPredictor(%r, slice=%s, tta=%s, max_det=%s)' % (self.predictor, self.slice,
@@ -357,13 +375,19 @@ class ViewPredictor:
             For each image, for each of its :meth:`windows`, for each TTA view (scale by
             scale, unmirrored then mirrored): boxes in the window's pixels.
         """
-        jobs = [(i, View(window, flip, scale))
+        for image in images:
+            self._warn_of_many(*image.shape[:2])
+        jobs = ((i, View(window, flip, scale))
                 for i, image in enumerate(images)
                 for window in self.windows(*image.shape[:2])
-                for flip, scale in self._augments]
+                for flip, scale in self._augments)
         found = []
-        for start in range(0, len(jobs), self.views_batch):
-            chunk = jobs[start:start + self.views_batch]
+        while True:
+            chunk = list(itertools.islice(jobs, self.views_batch))
+            if not chunk:
+                break
+            if self.stopped is not None and self.stopped():
+                raise Abandoned('stopped after %d views' % len(found))
             samples = [self.predictor.transform(view_image(images[i], view, self._fill),
                                                 empty_label()) for i, view in chunk]
             for (_, view), item in zip(chunk, self.predictor.detect_samples(samples)):
@@ -378,12 +402,24 @@ class ViewPredictor:
         return out
 
 
-def wrap(predictor, options, batch_size=None):
+    def _warn_of_many(self, height, width):
+        tiles = len(self.windows(height, width))
+        views = tiles * len(self._augments)
+        if views > MANY_VIEWS and (height, width) not in self._warned:
+            self._warned.add((height, width))
+            logger.warning('a %dx%d image makes %d views (%d tiles%s), as many runs of the model '
+                           'for each such image; larger tiles, a smaller overlap or fewer TTA '
+                           'scales make fewer', width, height, views, tiles,
+                           ' x %d TTA views' % len(self._augments) if self.tta else '')
+
+
+def wrap(predictor, options, batch_size=None, stopped=None):
     """``predictor`` run on the views ``options`` (a :class:`ViewOptions`) asks for, or
-    itself if none."""
+    itself if none; ``stopped`` as :class:`ViewPredictor`'s."""
     if options is None or (options.slice is None and options.tta is None):
         return predictor
-    return ViewPredictor(predictor, options.slice, options.tta, options.max_det, batch_size)
+    return ViewPredictor(predictor, options.slice, options.tta, options.max_det, batch_size,
+                         stopped)
 
 
 def view_options(args):
