@@ -19,21 +19,30 @@ It is a module of its own, importing only the standard library, so that the task
 the engine that writes it.
 """
 import json
+import logging
 import os
 
 __all__ = ['read_json', 'training_meta']
+
+logger = logging.getLogger('gluondet')
+
+
+def _load(path, what):
+    """The JSON value in ``path``; FileNotFoundError or ValueError naming ``what`` and the
+    file."""
+    try:
+        with open(path, encoding='utf-8') as f:
+            return json.load(f)
+    except OSError as err:
+        raise FileNotFoundError('cannot read %s %s: %s' % (what, path, err.strerror)) from None
+    except ValueError as err:
+        raise ValueError('%s %s is not valid JSON: %s' % (what, path, err)) from None
 
 
 def read_json(path, what):
     """The JSON object in ``path``; FileNotFoundError or ValueError naming ``what`` and the
     file."""
-    try:
-        with open(path, encoding='utf-8') as f:
-            data = json.load(f)
-    except OSError as err:
-        raise FileNotFoundError('cannot read %s %s: %s' % (what, path, err.strerror)) from None
-    except ValueError as err:
-        raise ValueError('%s %s is not valid JSON: %s' % (what, path, err)) from None
+    data = _load(path, what)
     if not isinstance(data, dict):
         raise ValueError('%s %s: expected a JSON object' % (what, path))
     return data
@@ -41,17 +50,24 @@ def read_json(path, what):
 
 def training_meta(params):
     """The ``meta`` of a params file the engine wrote (from the ``.json`` beside), or None
-    if there is no json.
+    if there is no json, or if the json there is another one (no ``meta``: COCO results
+    named after the model, say), which a warning names.
 
     Raises
     ------
     ValueError
-        If the json has no ``meta.network`` or its ``meta.model_kwargs`` is not an object.
+        If the json is not valid JSON, has no ``meta.network`` or its ``meta.model_kwargs``
+        is not an object.
     """
     path = os.path.splitext(params)[0] + '.json'
     if not os.path.isfile(path):
         return None
-    meta = read_json(path, 'params description').get('meta')
+    data = _load(path, 'params description')
+    if not isinstance(data, dict) or 'meta' not in data:
+        logger.warning('%s is not the description gluondet writes beside %s (no "meta"): '
+                       'ignored', path, os.path.basename(params))
+        return None
+    meta = data['meta']
     if not isinstance(meta, dict) or 'network' not in meta:
         raise ValueError('%s does not describe a network (no meta.network): is it the json the '
                          'training wrote beside %s?' % (path, params))

@@ -1,5 +1,6 @@
 """gluondet.data.preprocess: preprocessing as data, its transforms, and the Predictor's batches."""
 import json
+import warnings
 
 import numpy as np
 import pytest
@@ -155,3 +156,26 @@ def test_boxes_are_clipped_to_their_image_keep_ratio_and_fixed_size_alike():
     np.testing.assert_allclose(found[0].boxes, [[0, 0, 127, 95]], rtol=1e-6)   # 72 x 96 input
     found = Predictor(runner, ['a'], fixed_size(96)).detect([_image(48, 192)])
     np.testing.assert_allclose(found[0].boxes, [[0, 0, 191, 47]], rtol=1e-6)
+
+
+def test_nan_and_infinite_detections_are_left_out_with_one_warning(caplog):
+    class Overflowing(BoxRunner):     # rows: a box, a NaN score, an infinite box, a huge box
+        def __call__(self, batch):
+            n = len(batch)
+            ids = np.zeros((n, 4, 1), np.float32)
+            scores = np.tile(np.array([[[0.9], [np.nan], [0.8], [0.7]]], np.float32), (n, 1, 1))
+            boxes = np.tile(np.array([[self.BOX, self.BOX, [0, 0, np.inf, 9],
+                                       [0, 0, 3e38, 9]]], np.float32), (n, 1, 1))
+            return ids, scores, boxes
+
+    predictor = Predictor(Overflowing(), ['a'], fixed_size(64), 'onnxruntime')
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')          # no numpy overflow warning either
+        found = predictor.detect([_image(64, 128)] * 3)
+        found += predictor.detect([_image(64, 128)])
+    assert [d.scores.tolist() for d in found] == [[pytest.approx(0.9), pytest.approx(0.7)]] * 4
+    assert found[0].boxes[1].tolist() == [0, 0, 127, 9]        # the huge box: clipped
+    assert predictor.nonfinite == 8
+    assert caplog.text.count('with a NaN or infinite score or box left out') == 1
+    assert ("onnxruntime: 6 detections with a NaN or infinite score or box left out: the "
+            "network's outputs overflowed (are its weights trained?)") in caplog.text

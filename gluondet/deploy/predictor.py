@@ -213,6 +213,8 @@ class Predictor:
         The validation transform: ``(image, label) -> (data, label, original [h, w])``.
     batch_range : (int, int or None)
         Smallest and largest batch the runner takes.
+    nonfinite : int
+        Detections left out so far for a NaN or infinite score or box.
     """
 
     def __init__(self, runner, classes, preprocessing, backend='mxnet', nms=None):
@@ -236,6 +238,7 @@ class Predictor:
         self.data_shape = fixed
         self.batch_range = tuple(runner.batch_range)
         self.transform = val_transform(preprocessing, fit=fixed)
+        self.nonfinite = 0
 
     def __repr__(self):
         spec = self.preprocessing
@@ -360,9 +363,11 @@ class Predictor:
         for i, (data, _, _) in enumerate(samples):
             batch[i, :, :data.shape[1], :data.shape[2]] = data
         ids, scores, boxes = (np.asarray(o)[:count] for o in self.runner(batch))
+        ids = self._without_nonfinite(ids, scores, boxes)
         originals = np.stack([s[2] for s in samples])
-        scaled = clip_boxes(rescale_boxes(boxes, originals, [s[0].shape[1:] for s in samples]),
-                            originals)
+        with np.errstate(over='ignore', invalid='ignore'):     # huge boxes: clipped below
+            scaled = clip_boxes(rescale_boxes(boxes, originals,
+                                              [s[0].shape[1:] for s in samples]), originals)
         detections = []
         for i in range(count):
             if self.nms is None:
@@ -373,6 +378,22 @@ class Predictor:
             detections.append(Detections(ids[i, keep, 0].astype(np.int64), found,
                                          scaled[i, keep]))
         return detections
+
+    def _without_nonfinite(self, ids, scores, boxes):
+        """``ids`` with -1 (no detection) for the rows whose score or box is NaN or
+        infinite: an untrained or broken network overflowed. The first time, a warning says
+        how many; :attr:`nonfinite` counts them all."""
+        bad = (ids[..., 0] >= 0) & ~(np.isfinite(scores[..., 0]) & np.isfinite(boxes).all(-1))
+        if not bad.any():
+            return ids
+        if not self.nonfinite:
+            logger.warning('%s: %d detections with a NaN or infinite score or box left out: the '
+                           "network's outputs overflowed (are its weights trained?)",
+                           self.backend, int(bad.sum()))
+        self.nonfinite += int(bad.sum())
+        ids = ids.copy()
+        ids[bad, 0] = -1
+        return ids
 
     @classmethod
     def from_model(cls, model, backend=None, params=None, pretrained=False, data_shape=None,
