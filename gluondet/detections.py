@@ -15,9 +15,12 @@ import numpy as np
 from .data.coco import xyxy_to_coco
 from .data.kitti import kitti_line
 
-__all__ = ['Detections', 'JSON_NAMES']
+__all__ = ['Detections', 'JSON_NAMES', 'OUTPUT_NAMES']
 
-REQUIRED = ('ids', 'scores', 'boxes')
+#: The fields every detections has; also the first outputs of every detector network, in
+#: this order, by these names in its exports. A network's further outputs (its
+#: ``output_fields``) are more per-detection fields.
+OUTPUT_NAMES = REQUIRED = ('ids', 'scores', 'boxes')
 # a field's key in a JSON line's detection, where it is not the field's own name
 JSON_NAMES = {'track_ids': 'track_id'}
 

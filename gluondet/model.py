@@ -370,17 +370,17 @@ class Detector:
         views = ViewOptions(
             Slicing(slice, slice_overlap, slice_full) if slice is not None else None,
             (tta if isinstance(tta, TTA) else TTA()) if tta else None, max_det)
+        from .deploy.infer import track_keywords
+        tracking = track_keywords(track) is not None     # a wrong key fails here
         predictor = self.predictor(nms)
         if isinstance(source, (list, tuple)) or not isinstance(source, (str, os.PathLike, int)):
-            if track:
+            if tracking:
                 raise ValueError('track=True follows objects through a video, camera or '
                                  'stream, not a list of images or arrays')
             items = list(source) if isinstance(source, (list, tuple)) else [source]
             results = self._listed(items, wrap(predictor, views), batch_size)
         else:
-            from .deploy.infer import track_keywords
             from .deploy.streams import open_source
-            track_keywords(track)       # a wrong key fails here, not at the first frame
             frames = open_source(os.fspath(source) if not isinstance(source, int) else source,
                                  vid_stride)
             results = self._read(frames, predictor, views, batch_size, track)

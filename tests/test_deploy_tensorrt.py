@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from gluondet.data.base import read_image
+from gluondet.detections import OUTPUT_NAMES
 from gluondet.deploy import calibration as cal
 from gluondet.deploy import tensorrt as gt
 from gluondet.tasks.ssd import SSDValTransform
@@ -54,7 +55,7 @@ def _onnx_model(path, batch=None, size=(HEIGHT, WIDTH)):
     shape = [n, 3, size[0], size[1]]
     data = helper.make_tensor_value_info('data', TensorProto.FLOAT, shape)
     outputs = [helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)
-               for name in gt.OUTPUT_NAMES]
+               for name in OUTPUT_NAMES]
     nodes = [helper.make_node('Abs', ['data'], ['ids'], name='abs0'),
              helper.make_node('Relu', ['data'], ['scores'], name='relu1'),
              helper.make_node('Neg', ['data'], ['boxes'], name='neg2')]

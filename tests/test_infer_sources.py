@@ -206,6 +206,9 @@ def test_track_ids_are_written_and_drawn(model, video, tmp_path):
 
 
 def test_the_tracker_settings_are_flags_and_keywords(model, video, tmp_path, capsys):
+    lines = str(tmp_path / 'default.jsonl')
+    assert main(['infer', *model, '--source', video, '--output', lines, '--track']) == 0
+    assert max(d['track_id'] for line in read_lines(lines) for d in line['detections']) >= 1
     # a new track needs a score of at least 1, which no detection has: none is tracked
     lines = str(tmp_path / 'strict.jsonl')
     assert main(['infer', *model, '--source', video, '--output', lines, '--track',

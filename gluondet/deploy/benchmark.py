@@ -177,10 +177,11 @@ def _with_host_nms(runner, host):
         return runner
 
     def run(batch):
-        ids, scores, boxes = (np.asarray(o) for o in runner(batch))
+        outputs = [np.asarray(o) for o in runner(batch)]
+        ids, scores, boxes = outputs[:3]
         for i in range(len(batch)):
             host(ids[i, :, 0], scores[i, :, 0], boxes[i])
-        return ids, scores, boxes
+        return outputs
     return run
 
 

@@ -375,9 +375,10 @@ def frame_setup(predictor, frames, views=None, batch_size=None, track=False, sto
 
 
 def track_keywords(track):
-    """The ByteTrack keywords of ``track`` (False, True or a dict of `TRACK_SETTINGS`), or
-    None for no tracking; a ValueError names a key that is no setting."""
-    if not track:
+    """The ByteTrack keywords of ``track`` (False, True or a dict of `TRACK_SETTINGS`, empty
+    for the defaults), or None for no tracking; a ValueError names a key that is no
+    setting."""
+    if track is None or track is False:
         return None
     settings = {} if track is True else dict(track)
     unknown = sorted(set(settings) - set(TRACK_SETTINGS))

@@ -19,10 +19,10 @@ import tempfile
 
 import numpy as np
 
+from ..detections import OUTPUT_NAMES
 from ..files import atomic_save_all
 from ..optional import require
 from .sources import decode_metadata
-from .tensorrt import OUTPUT_NAMES
 
 __all__ = ['IR_EXTENSION', 'OpenVINORunner', 'require_openvino', 'save_openvino', 'weights_path']
 
@@ -110,7 +110,9 @@ class OpenVINORunner:
         if threads is not None:
             config[props.inference_num_threads] = int(threads)
         compiled = core.compile_model(model, device, config)
-        self._outputs = [compiled.output(name) for name in OUTPUT_NAMES]
+        self.output_fields = tuple(o.get_any_name() for o in model.outputs
+                                   if not o.get_names() & set(OUTPUT_NAMES))
+        self._outputs = [compiled.output(name) for name in OUTPUT_NAMES + self.output_fields]
         self._request = compiled.create_infer_request()
 
     def __call__(self, batch):

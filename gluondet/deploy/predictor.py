@@ -4,7 +4,10 @@ A runtime is wrapped as a *runner*: a callable ``runner(batch) -> (ids, scores,
 boxes)`` on a float32 ``N x 3 x H x W`` batch, returning numpy arrays as the
 network does (``N x K x 1``, ``N x K x 1``, ``N x K x 4``, boxes in input pixels,
 rows padded with -1), with an attribute ``batch_range = (smallest, largest)``
-batch it takes (``largest`` None: unbounded).
+batch it takes (``largest`` None: unbounded). A runner with ``output_fields`` (names)
+returns one more ``N x K x ...`` array for each: more per-detection fields (an
+embedding), which each image's :class:`Detections` carries by those names (they are not
+rescaled: a field in input pixels, as keypoints are, needs its own stage).
 :class:`~gluondet.deploy.runners.MXNetRunner`,
 :class:`~gluondet.deploy.runners.ONNXRuntimeRunner`,
 :class:`~gluondet.deploy.tensorrt.TensorRTRunner` and
@@ -186,8 +189,9 @@ class Predictor:
     Parameters
     ----------
     runner : callable
-        ``runner(batch) -> (ids, scores, boxes)`` with a ``batch_range``
-        attribute (see the module docstring). An ``input_shape`` attribute ``(3, H,
+        ``runner(batch) -> (ids, scores, boxes, *fields)`` with a ``batch_range``
+        attribute, and ``output_fields`` naming the ``fields`` if any (see the module
+        docstring). An ``input_shape`` attribute ``(3, H,
         W)`` of integers marks a fixed network input: a fixed-size model's
         ``data_shape`` must be it; keep-ratio images are resized to fit it and padded to it.
     classes : sequence of str
@@ -362,7 +366,13 @@ class Predictor:
         batch = np.zeros((max(count, self.batch_range[0]), 3) + shape, np.float32)
         for i, (data, _, _) in enumerate(samples):
             batch[i, :, :data.shape[1], :data.shape[2]] = data
-        ids, scores, boxes = (np.asarray(o)[:count] for o in self.runner(batch))
+        outputs = [np.asarray(o)[:count] for o in self.runner(batch)]
+        names = tuple(getattr(self.runner, 'output_fields', ()))
+        if len(outputs) != 3 + len(names):
+            raise ValueError('the %s model gave %d outputs, not ids, scores, boxes%s' % (
+                self.backend, len(outputs), ''.join(', ' + name for name in names)))
+        ids, scores, boxes = outputs[:3]
+        fields = dict(zip(names, outputs[3:]))      # more per-detection rows
         ids = self._without_nonfinite(ids, scores, boxes)
         originals = np.stack([s[2] for s in samples])
         with np.errstate(over='ignore', invalid='ignore'):     # huge boxes: clipped below
@@ -376,7 +386,8 @@ class Predictor:
             else:       # in input pixels, as the network's NMS
                 keep, found = self.nms(ids[i, :, 0], scores[i, :, 0], boxes[i])
             detections.append(Detections(ids[i, keep, 0].astype(np.int64), found,
-                                         scaled[i, keep]))
+                                         scaled[i, keep],
+                                         **{name: rows[i, keep] for name, rows in fields.items()}))
         return detections
 
     def _without_nonfinite(self, ids, scores, boxes):

@@ -1,4 +1,9 @@
-"""Runners for MXNet and ONNX Runtime: ``runner(batch) -> (ids, scores, boxes)``.
+"""Runners for MXNet and ONNX Runtime: ``runner(batch) -> (ids, scores, boxes, *fields)``.
+
+A runner's ``output_fields`` names its outputs after the three (``()`` for the zoo's
+detectors): more per-detection fields, which the predictor carries into each image's
+:class:`~gluondet.detections.Detections`. A Gluon network declares them as its
+``output_fields`` attribute; an exported model's are its outputs beyond the three.
 
 :class:`MXNetRunner` runs a Gluon network or an imported MXNet symbol,
 :class:`ONNXRuntimeRunner` an exported ONNX model;
@@ -14,8 +19,8 @@ import numpy as np
 from mxnet import autograd, gluon
 
 from ..optional import require
+from ..detections import OUTPUT_NAMES
 from .sources import decode_metadata
-from .tensorrt import OUTPUT_NAMES
 
 __all__ = ['MXNetRunner', 'ONNXRuntimeRunner']
 
@@ -35,7 +40,8 @@ class MXNetRunner:
     Parameters
     ----------
     block : HybridBlock
-        Takes ``data`` and returns ``(ids, scores, boxes)`` in inference mode.
+        Takes ``data`` and returns ``(ids, scores, boxes)`` in inference mode, then one
+        more output for each name of its ``output_fields`` attribute, if it has one.
     ctx : Context or list of Context, optional
         Where the batch goes (default: where the block's parameters are). With
         several (the training's contexts), each batch is split over them as
@@ -49,6 +55,7 @@ class MXNetRunner:
         ctx = ctx or _block_context(block)
         self.ctx_list = list(ctx) if isinstance(ctx, (list, tuple)) else [ctx]
         self.ctx = self.ctx_list[0]
+        self.output_fields = tuple(getattr(block, 'output_fields', ()))
 
     def __call__(self, batch):
         with autograd.predict_mode():
@@ -57,7 +64,8 @@ class MXNetRunner:
                 return tuple(o.asnumpy() for o in outputs)
             parts = gluon.utils.split_and_load(batch, self.ctx_list, even_split=False)
             outputs = [self.block(part) for part in parts]
-        return tuple(np.concatenate([o[k].asnumpy() for o in outputs]) for k in range(3))
+        return tuple(np.concatenate([o[k].asnumpy() for o in outputs])
+                     for k in range(len(OUTPUT_NAMES) + len(self.output_fields)))
 
 
 class ONNXRuntimeRunner:
@@ -102,13 +110,15 @@ class ONNXRuntimeRunner:
                              'and outputs %s' % (path, [i.name for i in inputs], outputs,
                                                  ', '.join(OUTPUT_NAMES)))
         self.input_name = inputs[0].name
+        self.output_fields = tuple(o for o in outputs if o not in OUTPUT_NAMES)
         batch, *shape = inputs[0].shape
         self.input_shape = tuple(shape)
         self.batch_range = (batch, batch) if isinstance(batch, int) else (1, None)
         self.metadata = decode_metadata(self.session.get_modelmeta().custom_metadata_map, path)
 
     def __call__(self, batch):
-        return tuple(self.session.run(list(OUTPUT_NAMES), {self.input_name: batch}))
+        return tuple(self.session.run(list(OUTPUT_NAMES + self.output_fields),
+                                      {self.input_name: batch}))
 
 
 # ---------------------------------------------------------------- loading

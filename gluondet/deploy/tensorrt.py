@@ -24,6 +24,7 @@ import time
 import numpy as np
 
 from ..data.preprocess import input_range, preprocessing_from_metadata
+from ..detections import OUTPUT_NAMES
 from ..files import atomic_write
 from ..optional import require
 from .calibration import (CalibrationBatches, _cuda, _DeviceBuffer, _import_cudart,
@@ -31,13 +32,12 @@ from .calibration import (CalibrationBatches, _cuda, _DeviceBuffer, _import_cuda
 from .postprocess import postprocess_from_metadata
 from .sources import decode_metadata
 
-__all__ = ['PRECISIONS', 'OUTPUT_NAMES', 'TOPK_LIMIT', 'TensorRTRunner', 'build_engine',
+__all__ = ['PRECISIONS', 'TOPK_LIMIT', 'TensorRTRunner', 'build_engine',
            'check_tensorrt_limits', 'input_sizes', 'read_onnx_input']
 
 logger = logging.getLogger('gluondet.deploy')
 
 PRECISIONS = ('fp32', 'fp16', 'int8')
-OUTPUT_NAMES = ('ids', 'scores', 'boxes')   # the detector outputs, as the ONNX export names them
 # TensorRT's TopK takes k <= 3840 (its operator reference, 8.x to 10.x); its NMS considers at
 # most 5000 boxes per image (2000 on SM 5.3 / 6.2), which the export's NMS inputs, each cut
 # by a TopK, stay under.
@@ -404,7 +404,8 @@ def _check_batch(shape, low, high):
 
 
 class TensorRTRunner:
-    """A TensorRT engine as a callable: ``runner(batch) -> (ids, scores, boxes)``.
+    """A TensorRT engine as a callable: ``runner(batch) -> (ids, scores, boxes, *fields)``
+    (``output_fields``: the engine's outputs beyond the three).
 
     Device buffers for the largest batch are allocated once.
 
@@ -445,6 +446,7 @@ class TensorRTRunner:
                              % (engine_path, inputs, [n for n in names if n not in inputs],
                                 ', '.join(OUTPUT_NAMES)))
         self.input_name = inputs[0]
+        self.output_fields = tuple(n for n in names if n not in inputs and n not in OUTPUT_NAMES)
         shape = tuple(engine.get_tensor_shape(self.input_name))
         self.input_shape = shape[1:]
         self._dynamic = min(shape) < 0
@@ -466,7 +468,8 @@ class TensorRTRunner:
             self.context.set_tensor_address(name, self._buffers[name].ptr)
 
     def __call__(self, batch):
-        """Run a ``N x C x H x W`` batch; returns numpy ``(ids, scores, boxes)``."""
+        """Run a ``N x C x H x W`` batch; returns numpy ``(ids, scores, boxes, *fields)``
+        (the ``output_fields``)."""
         batch = np.ascontiguousarray(batch, dtype=self._dtypes[self.input_name])
         _check_batch(batch.shape, *self.shape_range)
         if self._dynamic:
@@ -475,7 +478,7 @@ class TensorRTRunner:
         if not self.context.execute_async_v3(int(self._stream)):
             raise RuntimeError('TensorRT execution failed (see the TensorRT log)')
         outputs = []
-        for name in OUTPUT_NAMES:
+        for name in OUTPUT_NAMES + self.output_fields:
             out = np.empty(tuple(self.context.get_tensor_shape(name)), self._dtypes[name])
             self._buffers[name].download(out, self._stream)
             outputs.append(out)
