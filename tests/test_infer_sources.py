@@ -11,6 +11,7 @@ import glob
 import http.server
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -29,6 +30,7 @@ from gluondet.deploy import detecting_random_weights
 from gluondet.deploy.infer import infer
 from gluondet.deploy.predictor import Predictor
 from gluondet.deploy.streams import open_source
+from gluondet.deploy.timings import STAGES
 from gluondet.deploy.views import Slicing, ViewPredictor
 from gluondet.model_zoo import get_model
 from gluondet.visualize import draw_boxes
@@ -95,6 +97,8 @@ def test_video_file_gives_lines_kitti_and_a_video_at_its_size_and_rate(model, vi
                  '--visualize', str(out / 'frames'), '--vid-stride', '2', '--batch-size', '4']) == 0
     printed = capsys.readouterr().out
     assert '20 frames in' in printed and 'frames/s' in printed
+    assert re.search(r'^per frame: read [\d.]+, preprocess [\d.]+, network [\d.]+, '
+                     r'postprocess [\d.]+, write [\d.]+ ms$', printed, re.M), printed
     lines = read_lines(str(out / 'det.jsonl'))
     assert [line['frame'] for line in lines] == list(range(0, 40, 2))
     assert [line['time'] for line in lines] == pytest.approx([i / FPS for i in range(0, 40, 2)])
@@ -190,6 +194,9 @@ def test_track_ids_are_written_and_drawn(model, video, tmp_path):
                    classes=DEMO_CLASSES, data_shape=128, track=True, progress=False,
                    save_video=str(tmp_path / 'drawn.avi'), min_score=0.5)
     assert result['frames'] == 40 and result['stopped'] is None
+    stages = result['stages']       # disjoint stages within the run's time
+    assert list(stages) == list(STAGES) and stages['track'] > 0 and stages['merge'] == 0
+    assert sum(stages.values()) <= result['seconds']
     lines = read_lines(str(tmp_path / 'det.jsonl'))
     ids = [d['track_id'] for line in lines for d in line['detections']]
     assert ids and all(d['score'] >= 0.5 for line in lines for d in line['detections'])

@@ -55,6 +55,7 @@ from ..inference_flags import TRACK_SETTINGS
 from ..visualize import draw_boxes, save_image
 from .predictor import Predictor
 from .streams import open_source
+from .timings import Timings
 from .views import Abandoned, wrap
 
 __all__ = ['infer', 'frame_setup', 'detect_frames', 'json_line',
@@ -113,10 +114,16 @@ def stop_signals(stop):
             signal.signal(signum, handler)
 
 
-def _batches(frames, size, stop):
-    """Lists of up to ``size`` frames, ending early (with the frames read) on a stop signal."""
+def _batches(frames, size, stop, timings):
+    """Lists of up to ``size`` frames, ending early (with the frames read) on a stop signal;
+    the time of reading them counts to ``timings``' ``read``."""
     batch = []
-    for frame in frames:
+    frames = iter(frames)
+    while True:
+        with timings('read'):
+            frame = next(frames, None)
+        if frame is None:
+            break
         batch.append(frame)
         if len(batch) == size or stop.signum:
             yield batch
@@ -328,8 +335,10 @@ def infer(model, source=None, output=None, backend=None, params=None, pretrained
     dict
         ``frames`` (read and detected), ``images`` (for image files: their number),
         ``skipped`` (unreadable image files, as ``(path, problem)``), ``problems`` (warnings
-        by kind), ``detections`` (count), ``files`` (written), ``seconds``, ``fps`` and
-        ``stopped`` (the name of the signal that stopped the reading, or None).
+        by kind), ``detections`` (count), ``files`` (written), ``seconds``, ``fps``,
+        ``stopped`` (the name of the signal that stopped the reading, or None) and
+        ``stages`` (seconds in each of :data:`~gluondet.deploy.timings.STAGES`, also
+        printed per frame).
     """
     if (source is None) == (images is None):
         raise ValueError('give the source (or images), once')
@@ -411,14 +420,16 @@ def detect_frames(predictor, frames, size, stop=None, tracker=None, min_score=No
     ------
     (Frame, Detections)
     """
-    for batch in _batches(frames, size, stop or Stop()):
+    timings = getattr(predictor, 'timings', None) or Timings()
+    for batch in _batches(frames, size, stop or Stop(), timings):
         try:
             found = predictor.detect([frame.image for frame in batch], size)
         except Abandoned:
             return
         for frame, detections in zip(batch, found):
             if tracker is not None:
-                detections = tracker.track(detections)
+                with timings('track'):
+                    detections = tracker.track(detections)
             if min_score is not None:
                 detections = detections.above(min_score)
             yield frame, detections
@@ -431,7 +442,8 @@ def _detect(predictor, frames, size, stop, tracker, min_score, outputs, progress
               unit='image' if frames.kind == 'images' else 'frame') as bar:
         for frame, detections in detect_frames(predictor, frames, size, stop, tracker,
                                                min_score):
-            outputs.write(frame, detections)
+            with predictor.timings('write'):
+                outputs.write(frame, detections)
             bar.update(1 + len(frames.skipped) - skipped)
             skipped = len(frames.skipped)
 
@@ -456,7 +468,10 @@ def _report(frames, predictor, outputs, files, seconds, signum):
     print('%d %ss in %.1f s: %.1f %ss/s%s%s' % (
         outputs.count, unit, seconds, fps, unit, '; warnings: ' + problems if problems else '',
         '; stopped by %s' % signal.Signals(signum).name if signum else ''))
+    if outputs.count:
+        print('per %s: %s' % (unit, predictor.timings.per_item(outputs.count)))
     return {'frames': outputs.count, 'images': len(frames.paths) if images else None,
             'skipped': list(frames.skipped), 'problems': dict(frames.problems),
             'detections': outputs.detections, 'files': files, 'seconds': seconds, 'fps': fps,
-            'stopped': signal.Signals(signum).name if signum else None}
+            'stopped': signal.Signals(signum).name if signum else None,
+            'stages': dict(predictor.timings.seconds)}

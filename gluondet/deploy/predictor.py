@@ -63,6 +63,7 @@ from .runners import MXNetRunner, ONNXRuntimeRunner, _symbol_prefix, _symbol_run
 from .sources import (BACKEND_OF, BACKENDS, SOURCE_BACKENDS, SOURCE_NAMES, agree, metadata_path,
                       shape_pair, source_kind)
 from .tensorrt import TensorRTRunner
+from .timings import Timings
 
 __all__ = ['Detections', 'Prediction', 'Predictions', 'Predictor', 'clip_boxes', 'list_images',
            'rescale_boxes']
@@ -219,6 +220,9 @@ class Predictor:
         Smallest and largest batch the runner takes.
     nonfinite : int
         Detections left out so far for a NaN or infinite score or box.
+    timings : Timings
+        Seconds spent so far in preprocessing, the network and postprocessing
+        (:mod:`gluondet.deploy.timings`).
     """
 
     def __init__(self, runner, classes, preprocessing, backend='mxnet', nms=None):
@@ -243,6 +247,7 @@ class Predictor:
         self.batch_range = tuple(runner.batch_range)
         self.transform = val_transform(preprocessing, fit=fixed)
         self.nonfinite = 0
+        self.timings = Timings()
 
     def __repr__(self):
         spec = self.preprocessing
@@ -327,7 +332,9 @@ class Predictor:
 
     def _run(self, images):
         """Detections of at most a batch of decoded images."""
-        return self.detect_samples([self.transform(image, empty_label()) for image in images])
+        with self.timings('preprocess'):
+            samples = [self.transform(image, empty_label()) for image in images]
+        return self.detect_samples(samples)
 
     def detect_samples(self, samples):
         """Detections of at most a batch of images already through :attr:`transform`.
@@ -363,10 +370,18 @@ class Predictor:
     def _run_padded(self, samples, shape):
         """Detections of samples padded to one ``(height, width)``, in one runner call."""
         count = len(samples)
-        batch = np.zeros((max(count, self.batch_range[0]), 3) + shape, np.float32)
-        for i, (data, _, _) in enumerate(samples):
-            batch[i, :, :data.shape[1], :data.shape[2]] = data
-        outputs = [np.asarray(o)[:count] for o in self.runner(batch)]
+        with self.timings('preprocess'):
+            batch = np.zeros((max(count, self.batch_range[0]), 3) + shape, np.float32)
+            for i, (data, _, _) in enumerate(samples):
+                batch[i, :, :data.shape[1], :data.shape[2]] = data
+        with self.timings('network'):
+            outputs = [np.asarray(o)[:count] for o in self.runner(batch)]
+        with self.timings('postprocess'):
+            return self._detections(samples, outputs)
+
+    def _detections(self, samples, outputs):
+        """Each sample's :class:`Detections` from the runner's ``outputs`` of their batch."""
+        count = len(samples)
         names = tuple(getattr(self.runner, 'output_fields', ()))
         if len(outputs) != 3 + len(names):
             raise ValueError('the %s model gave %d outputs, not ids, scores, boxes%s' % (

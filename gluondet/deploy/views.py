@@ -311,6 +311,7 @@ class ViewPredictor:
             if self.tta else ((1.0,), (False,))
         self._augments = [(flip, scale) for scale in scales for flip in flips]
         self.stopped = stopped
+        self.timings = predictor.timings    # one clock for the views and the predictor
         self._warned = set()    # image sizes whose many views were warned of
 
     def __repr__(self):
@@ -357,13 +358,14 @@ class ViewPredictor:
         """Every view of ``images`` through the predictor, mapped back and merged."""
         results = []
         for image, found in zip(images, self.view_detections(images)):
-            windows = self.windows(*image.shape[:2])
-            merged = [views[0] if len(views) == 1 else
-                      fuse_boxes(views, self.tta.iou) if self.tta.merge == 'wbf'
-                      else merge_nms(views, self.tta.iou) for views in found]
-            if len(windows) > 1:    # one tile (a small image): the predictor's detections
-                merged = [_merge_tiles(merged, windows, *image.shape[:2], self.slice.iou)]
-            results.append(merged[0].sorted()[:self.max_det])
+            with self.timings('merge'):
+                windows = self.windows(*image.shape[:2])
+                merged = [views[0] if len(views) == 1 else
+                          fuse_boxes(views, self.tta.iou) if self.tta.merge == 'wbf'
+                          else merge_nms(views, self.tta.iou) for views in found]
+                if len(windows) > 1:    # one tile (a small image): the predictor's detections
+                    merged = [_merge_tiles(merged, windows, *image.shape[:2], self.slice.iou)]
+                results.append(merged[0].sorted()[:self.max_det])
         return results
 
     def view_detections(self, images):
@@ -388,10 +390,13 @@ class ViewPredictor:
                 break
             if self.stopped is not None and self.stopped():
                 raise Abandoned('stopped after %d views' % len(found))
-            samples = [self.predictor.transform(view_image(images[i], view, self._fill),
-                                                empty_label()) for i, view in chunk]
-            for (_, view), item in zip(chunk, self.predictor.detect_samples(samples)):
-                found.append(item.replace(boxes=view_boxes(item.boxes, view)))
+            with self.timings('preprocess'):
+                samples = [self.predictor.transform(view_image(images[i], view, self._fill),
+                                                    empty_label()) for i, view in chunk]
+            detected = self.predictor.detect_samples(samples)
+            with self.timings('postprocess'):
+                found.extend(item.replace(boxes=view_boxes(item.boxes, view))
+                             for (_, view), item in zip(chunk, detected))
         views = len(self._augments)
         per_window = [found[k:k + views] for k in range(0, len(found), views)]
         out = []
@@ -400,7 +405,6 @@ class ViewPredictor:
             out.append(per_window[:count])
             per_window = per_window[count:]
         return out
-
 
     def _warn_of_many(self, height, width):
         tiles = len(self.windows(height, width))
