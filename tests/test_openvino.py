@@ -279,3 +279,17 @@ def test_missing_openvino_is_one_line_naming_the_extra(tmp_path):
         assert done.stderr.strip().splitlines() == [
             'gluondet %s: error: the openvino backend needs openvino, which is not installed: '
             "pip install 'gluondet[openvino]'" % argv[0]], done.stderr
+
+
+def test_openvinos_telemetry_is_off_in_gluondets_process():
+    # it sent each event from a thread forking the process: a pytest worker crashed of it
+    code = ('import threading\n'
+            'from gluondet.deploy.openvino import require_openvino\n'
+            'require_openvino()\n'
+            'import openvino.tools.ovc, openvino_telemetry\n'
+            'print(openvino_telemetry.Telemetry().consent, '
+            'sorted(t.name for t in threading.enumerate()))')
+    out = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split('\n')[-2] == "False ['MainThread']", out.stdout

@@ -31,8 +31,30 @@ METADATA_KEY = 'framework'      # where OpenVINO puts an ONNX model's metadata
 
 
 def require_openvino():
-    """``import openvino``, or an ImportError naming the ``openvino`` extra."""
+    """``import openvino``, or an ImportError naming the ``openvino`` extra; with OpenVINO's
+    telemetry off in this process (`quiet_telemetry`)."""
+    quiet_telemetry()
     return require('openvino', 'the openvino backend')
+
+
+def quiet_telemetry():
+    """Turn OpenVINO's telemetry off in this process, before OpenVINO starts it.
+
+    It sends each event from a thread that forks the process (to time out a request that
+    cannot reach the internet): a fork of a training or test process at any moment, with
+    MXNet's engine stopped and restarted around it under the main thread's work, which
+    crashed a pytest worker (issue 35). The user's own consent file is left as it is.
+    """
+    try:
+        import openvino_telemetry
+    except ImportError:
+        return
+    try:        # a singleton: the first one made is everyone's
+        instance = openvino_telemetry.Telemetry(app_name='gluondet', app_version='', tid='')
+    except Exception:       # nosec: a telemetry of another version: left alone
+        return
+    instance.consent = False
+    instance.init = lambda *args, **kwargs: None    # OpenVINO's tools init it again
 
 
 def weights_path(xml):
