@@ -9,6 +9,8 @@ import multiprocessing
 import os
 import re
 import signal
+import subprocess
+import sys
 
 import mxnet as mx
 import numpy as np
@@ -287,6 +289,18 @@ class _SignalAfter(HookBase):
 
 
 def test_a_stop_says_how_to_resume_in_the_words_of_the_caller(tmp_path):
+    # in a fresh process: a pytest worker that had run ~1000 tests vanished at this
+    # self-sent SIGTERM, without a traceback (issue 35; not understood yet)
+    code = ('import sys, pathlib; sys.path.insert(0, %r)\n'
+            'import test_engine_fit\n'
+            'test_engine_fit._stop_messages(pathlib.Path(%r))\nprint("ok")'
+            % (os.path.dirname(os.path.abspath(__file__)), str(tmp_path)))
+    out = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0 and out.stdout.split()[-1:] == ['ok'], out.stderr[-3000:]
+
+
+def _stop_messages(tmp_path):
     cfg = _config(tmp_path)
     last = cfg.save_prefix + '_last.json'
     with pytest.raises(TrainingInterrupted) as stopped:     # the training commands' flag
