@@ -55,7 +55,6 @@ from ..inference_flags import TRACK_SETTINGS
 from ..visualize import draw_boxes, save_image
 from .predictor import Predictor
 from .streams import open_source
-from .timings import Timings
 from .views import Abandoned, wrap
 
 __all__ = ['infer', 'frame_setup', 'detect_frames', 'json_line',
@@ -420,7 +419,7 @@ def detect_frames(predictor, frames, size, stop=None, tracker=None, min_score=No
     ------
     (Frame, Detections)
     """
-    timings = getattr(predictor, 'timings', None) or Timings()
+    timings = predictor.timings
     for batch in _batches(frames, size, stop or Stop(), timings):
         try:
             found = predictor.detect([frame.image for frame in batch], size)

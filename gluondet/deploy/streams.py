@@ -213,7 +213,7 @@ class VideoSource(Source):
         """Failed reads in a row that end the source after frame ``last``: a video of known
         length goes on to its end (a corrupt stretch fails one read a frame, and decoding
         resumes after it), anything else stops (or reconnects) after `FAILED_READS`."""
-        if self.live or self.length is None:
+        if self.live or self._frames is None:
             return FAILED_READS
         return max(FAILED_READS, self._frames - 1 - last)
 

@@ -377,11 +377,12 @@ class ViewPredictor:
             For each image, for each of its :meth:`windows`, for each TTA view (scale by
             scale, unmirrored then mirrored): boxes in the window's pixels.
         """
-        for image in images:
-            self._warn_of_many(*image.shape[:2])
+        windows = [self.windows(*image.shape[:2]) for image in images]
+        for image, tiles in zip(images, windows):
+            self._warn_of_many(image.shape[:2], len(tiles))
         jobs = ((i, View(window, flip, scale))
-                for i, image in enumerate(images)
-                for window in self.windows(*image.shape[:2])
+                for i, tiles in enumerate(windows)
+                for window in tiles
                 for flip, scale in self._augments)
         found = []
         while True:
@@ -400,14 +401,13 @@ class ViewPredictor:
         views = len(self._augments)
         per_window = [found[k:k + views] for k in range(0, len(found), views)]
         out = []
-        for image in images:
-            count = len(self.windows(*image.shape[:2]))
-            out.append(per_window[:count])
-            per_window = per_window[count:]
+        for tiles in windows:
+            out.append(per_window[:len(tiles)])
+            per_window = per_window[len(tiles):]
         return out
 
-    def _warn_of_many(self, height, width):
-        tiles = len(self.windows(height, width))
+    def _warn_of_many(self, shape, tiles):
+        height, width = shape
         views = tiles * len(self._augments)
         if views > MANY_VIEWS and (height, width) not in self._warned:
             self._warned.add((height, width))
