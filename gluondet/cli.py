@@ -12,6 +12,7 @@ import sys
 from . import detectors
 from .dataset_flags import add_dataset_args, dataset_kwargs
 from .errors import ArgumentParser, UserError, add_debug_flag, run_main
+from .model_formats import BACKENDS, FORMATS
 from .inference_flags import (add_nms_arguments, add_track_arguments, add_view_arguments,
                               track_settings)
 
@@ -73,7 +74,7 @@ def _model_arguments(parser):
              'PREFIX_best.params (its json beside), a symbol PREFIX, a .onnx file, a TensorRT '
              '.engine file (its json beside) or an OpenVINO .xml (its .bin beside); any '
              'detector, preprocessed as the model records')
-    add('--backend', choices=('mxnet', 'onnxruntime', 'tensorrt', 'openvino'),
+    add('--backend', choices=BACKENDS,
         help="default: the model's (mxnet for networks and symbols, onnxruntime for .onnx, "
              'tensorrt for engines, openvino for .xml); a .onnx runs on openvino too')
     _weights_arguments(parser, "input size S or HEIGHT,WIDTH of a fixed-size model (SSD, "
@@ -93,6 +94,17 @@ def _weights_arguments(parser, data_shape_help="input size S or HEIGHT,WIDTH (de
         help="comma-separated class names, for a model that does not record them")
 
 
+def _weights(args):
+    """The keywords of `_weights_arguments`'s flags (what every deploy command takes)."""
+    return dict(params=args.params, pretrained=args.pretrained, classes=args.classes,
+                data_shape=args.data_shape)
+
+
+def _model_source(args):
+    """The keywords of `_model_arguments`'s model flags: the model, its backend and weights."""
+    return dict(model=args.model, backend=args.backend, **_weights(args))
+
+
 def _export_arguments(parser):
     add = parser.add_argument
     add('--network', '-m', '--model', dest='network', required=True,
@@ -102,7 +114,7 @@ def _export_arguments(parser):
                                'model or engine of a keep-ratio model (Faster R-CNN, RetinaNet) '
                                'takes any size up to its max size by default; this fixes one '
                                'size; its symbol takes any')
-    add('--format', dest='fmt', default='onnx', choices=('symbol', 'onnx', 'tensorrt', 'openvino'),
+    add('--format', dest='fmt', default='onnx', choices=FORMATS,
         help='symbol: PREFIX-symbol.json, PREFIX-0000.params, PREFIX-meta.json; onnx: one .onnx '
              'file; tensorrt: an .engine file, the .onnx it is built from and a .json beside; '
              'openvino: an OpenVINO IR .xml and its .bin, converted from the .onnx')
@@ -134,7 +146,7 @@ def _export_arguments(parser):
 
 
 def _export(args):
-    from .deploy import commands as infer
+    from .deploy import commands
     from .tools import spec, spec_cli
     if args.key:
         print('gluondet export: ' + spec_cli.KEY_NOTICE, file=sys.stderr)
@@ -144,10 +156,9 @@ def _export(args):
             nms = spec_cli.export_nms(args.experiment_spec)
         except (ValueError, OSError) as err:
             return spec.main_error('export', err)
-    infer.export_model(
-        network=args.network, output=args.output, fmt=args.fmt,
-        params=args.params, pretrained=args.pretrained, classes=args.classes,
-        data_shape=args.data_shape, batch_size=args.batch_size,
+    commands.export_model(
+        network=args.network, output=args.output, fmt=args.fmt, **_weights(args),
+        batch_size=args.batch_size,
         dynamic_batch=args.dynamic_batch, precision=args.precision,
         calibration_images=args.calibration_images,
         calibration_batches=args.calibration_batches, calibration_cache=args.calibration_cache,
@@ -202,14 +213,13 @@ def _infer_arguments(parser):
 
 
 def _infer(args):
-    from .deploy import commands as infer
+    from .deploy import commands
     from .deploy.nms import nms_options
     from .deploy.views import view_options
     views = view_options(args)
-    result = infer.infer(
-        model=args.model, source=args.source, output=args.output,
-        backend=args.backend, params=args.params, pretrained=args.pretrained,
-        data_shape=args.data_shape, classes=args.classes, batch_size=args.batch_size,
+    result = commands.infer(
+        **_model_source(args), source=args.source, output=args.output,
+        batch_size=args.batch_size,
         kitti_labels=args.kitti_labels, visualize=args.visualize, threshold=args.threshold,
         save_video=args.save_video, vid_stride=args.vid_stride, track=track_settings(args),
         reconnect=args.reconnect, views=views, nms=nms_options(args))
@@ -239,7 +249,7 @@ def _evaluate_arguments(parser):
 
 
 def _evaluate(args):
-    from .deploy import commands as infer
+    from .deploy import commands
     if args.experiment_spec:
         from .tools import spec_cli
         return spec_cli.evaluate(args)
@@ -252,10 +262,9 @@ def _evaluate(args):
     views = view_options(args)
     nms = nms_options(args)
     data = dataset_kwargs(args, 'val')
-    infer.evaluate_model(
-        model=args.model, dataset_root=data.pop('root'), **data, backend=args.backend,
-        params=args.params, pretrained=args.pretrained, data_shape=args.data_shape,
-        classes=args.classes, batch_size=args.batch_size, iou_thresh=args.iou_thresh or 0.5,
+    commands.evaluate_model(
+        **_model_source(args), dataset_root=data.pop('root'), **data,
+        batch_size=args.batch_size, iou_thresh=args.iou_thresh or 0.5,
         ap=args.ap or '11point', plots=args.plots, confusion_score=args.confusion_score,
         views=views, nms=nms)
     return 0
@@ -359,7 +368,7 @@ def _benchmark_arguments(parser):
         help='what infer --model takes: a model zoo name (random weights made to detect many '
              'boxes, unless --params or --pretrained), a training output PREFIX_best.params, '
              'a symbol PREFIX, a .onnx file, a TensorRT .engine file or an OpenVINO .xml')
-    add('--backend', choices=('mxnet', 'onnxruntime', 'tensorrt', 'openvino'),
+    add('--backend', choices=BACKENDS,
         help="default: the model's. A Gluon network (zoo name or .params) with onnxruntime, "
              'openvino or tensorrt is first exported to a temporary ONNX model with a dynamic '
              'batch (tensorrt: and an fp32 engine up to the largest batch size)')
@@ -388,9 +397,7 @@ def _benchmark(args):
     from .deploy import benchmark
     from .deploy.nms import nms_options
     benchmark.benchmark(
-        model=args.model, backend=args.backend,
-        batch_sizes=args.batch_sizes, params=args.params, pretrained=args.pretrained,
-        data_shape=args.data_shape, classes=args.classes, threads=args.threads,
+        **_model_source(args), batch_sizes=args.batch_sizes, threads=args.threads,
         warmup=args.warmup, iters=args.iters, seconds=args.seconds, output=args.output,
         nms=nms_options(args))
     return 0

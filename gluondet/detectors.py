@@ -2,11 +2,13 @@
 detectors.
 
 A detector is its own files plus one `register` call. Its entry module (``entry``) holds its
-training command: ``build_parser()``, ``main(argv)``, ``network_flags(name)`` (the flags that
-make the command train the zoo network ``name``, for `gluondet.Detector`) and ``DEMO``, its demo
-recipe (a `gluondet.demo.Recipe`, or None). What its exported graph needs after the network is
-the network's own ``postprocess`` kind (`gluondet.deploy`); its model zoo names start with
-``zoo_prefix``. The detectors gluondet ships are registered at the end of this file.
+training command: ``build_parser()``, ``main(argv)`` (``run(parse_args(argv))``), ``run(args)``
+(trains as the parsed flags say; returns the engine's `FitResult`), ``network_flags(name)``
+(the flags that make the command train the zoo network ``name``, for `gluondet.Detector`),
+``network_name(args)`` and ``DEMO``, its demo recipe (a `gluondet.demo.Recipe`, or None).
+What its exported graph needs after the network is the network's own ``postprocess`` kind
+(`gluondet.deploy`); its model zoo names start with ``zoo_prefix``. The detectors gluondet
+ships are registered at the end of this file.
 
 >>> from gluondet import detectors
 >>> [d.name for d in detectors.all_detectors()]
@@ -19,7 +21,7 @@ import difflib
 import importlib
 from typing import FrozenSet, Tuple
 
-__all__ = ['Detector', 'FEATURES', 'register', 'get', 'all_detectors', 'names', 'of_network']
+__all__ = ['Family', 'FEATURES', 'register', 'get', 'all_detectors', 'names', 'of_network']
 
 #: What a detector's training command can do besides what the engine gives every detector
 #: (Horovod, the parameter server, resume, ...), for the readers that offer it (the demo's
@@ -28,7 +30,7 @@ FEATURES = frozenset({'amp', 'dali', 'syncbn', 'mixup', 'prune'})
 
 
 @dataclasses.dataclass(frozen=True)
-class Detector:
+class Family:
     """One row of the table.
 
     Parameters
@@ -83,7 +85,7 @@ _TABLE = {}
 
 
 def register(detector):
-    """Add ``detector`` (a `Detector`) to the table; a name or alias taken already is a
+    """Add ``detector`` (a `Family`) to the table; a name or alias taken already is a
     ValueError. Returns it."""
     for key in (detector.name,) + tuple(detector.aliases):
         taken = _lookup().get(key.lower())
@@ -123,14 +125,14 @@ def of_network(network):
     return next((d for d in _TABLE.values() if network.startswith(d.zoo_prefix)), None)
 
 
-register(Detector('ssd', 'SSD', 'gluondet.train.ssd', 'ssd_',
+register(Family('ssd', 'SSD', 'gluondet.train.ssd', 'ssd_',
                   features={'amp', 'dali', 'syncbn', 'prune'}))
-register(Detector('faster_rcnn', 'Faster R-CNN', 'gluondet.train.faster_rcnn', 'faster_rcnn_',
+register(Family('faster_rcnn', 'Faster R-CNN', 'gluondet.train.faster_rcnn', 'faster_rcnn_',
                   aliases=('fasterrcnn', 'faster-rcnn', 'frcnn'),
                   features={'amp', 'syncbn', 'mixup', 'prune'}))
-register(Detector('retinanet', 'RetinaNet', 'gluondet.train.retinanet', 'retinanet_',
+register(Family('retinanet', 'RetinaNet', 'gluondet.train.retinanet', 'retinanet_',
                   features={'amp', 'dali', 'syncbn', 'prune'}))
-register(Detector('yolo3', 'YOLOv3', 'gluondet.train.yolo3', 'yolo3_', aliases=('yolov3',),
+register(Family('yolo3', 'YOLOv3', 'gluondet.train.yolo3', 'yolo3_', aliases=('yolov3',),
                   features={'amp', 'syncbn', 'mixup', 'prune'}))
-register(Detector('center_net', 'CenterNet', 'gluondet.train.center_net', 'center_net_',
+register(Family('center_net', 'CenterNet', 'gluondet.train.center_net', 'center_net_',
                   aliases=('centernet',), features={'amp', 'syncbn', 'prune'}))

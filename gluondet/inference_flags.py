@@ -12,8 +12,9 @@ add the first two with `add_nms_arguments` and `add_view_arguments`, and read th
 import argparse
 import re
 
-__all__ = ['SOFT_METHODS', 'TTA_SCALES', 'VIEW_DEFAULTS', 'TRACK_SETTINGS', 'add_nms_arguments',
-           'add_view_arguments', 'add_track_arguments', 'track_settings']
+__all__ = ['SOFT_METHODS', 'TTA_SCALES', 'NMS_OPTIONS', 'VIEW_DEFAULTS', 'TRACK_SETTINGS',
+           'add_nms_arguments', 'nms_keywords', 'add_view_arguments', 'add_track_arguments',
+           'track_settings']
 
 SOFT_METHODS = ('gaussian', 'linear')
 TTA_SCALES = (1.0, 0.83, 0.67)      # Ultralytics' TTA scales
@@ -24,6 +25,21 @@ VIEW_DEFAULTS = {'slice_overlap': 0.2, 'slice_full': False, 'slice_iou': 0.5,
 
 
 # ---------------------------------------------------------------- NMS
+
+#: The final NMS's options by the flags' dests, which are also `gluondet.Detector.predict`'s
+#: keywords: ``{name: (keyword of gluondet.deploy.nms.NMSOptions, default)}``.
+NMS_OPTIONS = {'conf': ('conf', None), 'iou': ('iou', None), 'max_det': ('max_det', None),
+               'agnostic_nms': ('agnostic', False), 'soft_nms': ('soft', None),
+               'soft_sigma': ('sigma', 0.5)}
+
+
+def nms_keywords(values):
+    """The `NMSOptions` keywords of ``{name of NMS_OPTIONS: value}``, or None when every
+    value is its default (the model's own NMS; ``soft_sigma`` alone changes nothing)."""
+    if all(values[name] == default for name, (_, default) in NMS_OPTIONS.items()
+           if name != 'soft_sigma'):
+        return None
+    return {keyword: values[name] for name, (keyword, _) in NMS_OPTIONS.items()}
 
 def add_nms_arguments(parser):
     """``--conf --iou --max-det --agnostic-nms --soft-nms {gaussian,linear} --soft-sigma``."""
@@ -40,7 +56,7 @@ def add_nms_arguments(parser):
     add('--soft-nms', choices=SOFT_METHODS,
         help='soft NMS: lower the scores of overlapping boxes (Bodla et al. 2017) instead of '
              'removing them; linear decays from --iou')
-    add('--soft-sigma', type=float, default=0.5, metavar='SIGMA',
+    add('--soft-sigma', type=float, default=NMS_OPTIONS['soft_sigma'][1], metavar='SIGMA',
         help='sigma of the Gaussian soft NMS, score * exp(-iou^2 / sigma) (default 0.5)')
 
 

@@ -26,17 +26,15 @@ import numpy as np
 
 from .data.base import read_image
 from .deploy.predictor import Predictor
-from .deploy.sources import source_kind
+from .inference_flags import NMS_OPTIONS, VIEW_DEFAULTS, nms_keywords
 from .metadata import read_json
+from .model_formats import export_path, source_kind
 from .model_zoo import get_model_info
 from .visualize import draw_boxes, save_image
 
 __all__ = ['Detector', 'Results']
 
 DEFAULT_SAVE_PREFIX = 'runs/train/'
-_NO_NMS = dict(conf=None, iou=None, max_det=None, agnostic=False, soft=None, sigma=0.5)
-
-
 class Results:
     """The detections of one image or video frame, in its original pixels.
 
@@ -246,17 +244,16 @@ class Detector:
             values.setdefault('resume', self.params or self.model)
             values.setdefault('start_epoch', 0)
         schema = Schema(module.build_parser())
-        argv = module.network_flags(network) + schema.argv(
-            schema.normalize(values, 'Detector.train'), 'Detector.train')
+        args = schema.namespace(schema.normalize(values, 'Detector.train'),
+                                module.network_flags(network), 'Detector.train')
         if save_prefix and os.path.dirname(save_prefix):
             os.makedirs(os.path.dirname(save_prefix), exist_ok=True)
         with wording.speaking(wording.keyword):     # messages name this method's keywords
-            result = module.main(argv)
-        name = module.network_name(module.parse_args(argv))
-        best = save_prefix + name + '_best.params'
-        self._unwritten = None if os.path.isfile(best) else best
+            result = module.run(args)
+        self._unwritten = (None if result.best_path else
+                           save_prefix + module.network_name(args) + '_best.params')
         if not self._unwritten:
-            self.model, self.params, self.pretrained = best, None, False
+            self.model, self.params, self.pretrained = result.best_path, None, False
             self._predictors.clear()
         self.data = {k: v for k, v in schema.normalize(values, 'Detector.train').items()
                      if k in _DATA_KEYS}
@@ -327,8 +324,9 @@ class Detector:
         return self._predictors[key]
 
     def predict(self, source, conf=None, iou=None, max_det=None, agnostic_nms=False,
-                soft_nms=None, soft_sigma=0.5, track=False, slice=None, slice_overlap=0.2,
-                slice_full=False, tta=False, vid_stride=1, batch_size=None, stream=False):
+                soft_nms=None, soft_sigma=NMS_OPTIONS['soft_sigma'][1], track=False, slice=None,
+                slice_overlap=VIEW_DEFAULTS['slice_overlap'], slice_full=False, tta=False,
+                vid_stride=1, batch_size=None, stream=False):
         """Detect objects in a source (``gluondet infer``'s).
 
         Parameters
@@ -364,9 +362,10 @@ class Detector:
         """
         from .deploy.nms import NMSOptions
         from .deploy.views import TTA, Slicing, ViewOptions, wrap
-        options = dict(conf=conf, iou=iou, max_det=max_det, agnostic=agnostic_nms,
-                       soft=soft_nms, sigma=soft_sigma)
-        nms = NMSOptions(**options) if options != _NO_NMS else None
+        keywords = nms_keywords(dict(conf=conf, iou=iou, max_det=max_det,
+                                     agnostic_nms=agnostic_nms, soft_nms=soft_nms,
+                                     soft_sigma=soft_sigma))
+        nms = None if keywords is None else NMSOptions(**keywords)
         views = ViewOptions(
             Slicing(slice, slice_overlap, slice_full) if slice is not None else None,
             (tta if isinstance(tta, TTA) else TTA()) if tta else None, max_det)
@@ -430,13 +429,12 @@ class Detector:
         if output is None:
             stem = (os.path.splitext(self.model)[0] if self.model.lower().endswith('.params')
                     else self.model)
-            output = stem + EXPORT_EXTENSIONS.get(format, '')
+            output = export_path(stem, format)
         export_model(self.model, output, format, params=self.params, pretrained=self.pretrained,
                      classes=self.classes, data_shape=self.data_shape, verbose=False, **options)
         return output
 
 
-EXPORT_EXTENSIONS = {'onnx': '.onnx', 'tensorrt': '.engine', 'openvino': '.xml', 'symbol': ''}
 _DATA_KEYS = ('dataset', 'dataset_root', 'classes', 'class_mapping', 'image_root',
               'val_split', 'val_json', 'val_rec')
 

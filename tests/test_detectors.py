@@ -22,15 +22,15 @@ def test_the_detectors_and_their_aliases():
 
 def test_a_name_or_alias_is_registered_once_and_unknown_ones_are_named():
     with pytest.raises(ValueError, match="name 'ssd' is taken by ssd"):
-        detectors.register(detectors.Detector('ssd', 'SSD again', 'x', 'ssd_'))
+        detectors.register(detectors.Family('ssd', 'SSD again', 'x', 'ssd_'))
     with pytest.raises(ValueError, match="name 'frcnn' is taken by faster_rcnn"):
-        detectors.register(detectors.Detector('frcnn2', 'F', 'x', 'f_', aliases=('frcnn',)))
+        detectors.register(detectors.Family('frcnn2', 'F', 'x', 'f_', aliases=('frcnn',)))
     with pytest.raises(ValueError, match=r"unknown detector 'retinenet': one of ssd, "
                                          r"faster_rcnn, retinanet, yolo3, center_net "
                                          r"\(did you mean retinanet"):
         detectors.get('retinenet')
     with pytest.raises(ValueError, match='unknown features tensorrt'):
-        detectors.Detector('x', 'X', 'x', 'x_', features={'tensorrt'})
+        detectors.Family('x', 'X', 'x', 'x_', features={'tensorrt'})
     assert detectors.names() == ['ssd', 'faster_rcnn', 'retinanet', 'yolo3', 'center_net']
 
 

@@ -1,6 +1,7 @@
 """gluondet.Detector: one object that trains, validates, predicts and exports."""
 import os
 import re
+import types
 
 import numpy as np
 import pytest
@@ -206,9 +207,10 @@ def test_train_speaks_python_and_val_after_it_wrote_no_weights_says_why(tmp_path
     from gluondet.train import ssd
     heard = []
 
-    def main(argv):             # a training whose validation never scored: no _best.params
+    def run(args):              # a training whose validation never scored: no _best.params
         heard.append((setting('resume', 'auto'), setting('lr_warmup')))
-    monkeypatch.setattr(ssd, 'main', main)
+        return types.SimpleNamespace(best_path=None, metrics={})
+    monkeypatch.setattr(ssd, 'run', run)
     d = Detector(NETWORK, classes=DEMO_CLASSES)
     d.train(data='demo', gpus='', save_prefix=str(tmp_path / 'run_'))
     assert heard == [("resume='auto'", 'lr_warmup=')]

@@ -165,7 +165,7 @@ def test_export_openvino_writes_the_ir(photos, tmp_path, capsys):
     capsys.readouterr()
 
     for argv, message in [
-            (['-o', str(tmp_path / 'm.onnx')], 'the OpenVINO IR file must end with .xml'),
+            (['-o', str(tmp_path / 'm.onnx')], "an OpenVINO IR's file must end with .xml"),
             (['-o', str(tmp_path / 'm.xml'), '--precision', 'fp16'], 'openvino take fp32 or '
                                                                       'int8'),
             (['-o', str(tmp_path / 'm.xml'), '--gen-ds-config'], 'DeepStream config is for')]:

@@ -156,7 +156,7 @@ DEMO = None
 def registered(monkeypatch, tmp_path):
     registry.register_model(NETWORK, None, (SIZE, SIZE), 'none', 'custom',
                             has_weights=False)(tiny_64_custom)
-    detectors.register(detectors.Detector('tiny', 'Tiny', __name__, 'tiny_'))
+    detectors.register(detectors.Family('tiny', 'Tiny', __name__, 'tiny_'))
     from gluondet.data import demo
     monkeypatch.setitem(demo.DEFAULT_NUM_IMAGES, 'train', 16)
     monkeypatch.setitem(demo.DEFAULT_NUM_IMAGES, 'val', 8)

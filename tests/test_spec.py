@@ -384,6 +384,21 @@ def test_every_flag_of_every_script_is_a_key(detector):
     assert schema.resolve(schema.argv(values)) == schema.resolve([])
 
 
+@pytest.mark.parametrize('detector', detectors.names())
+def test_a_namespace_of_values_is_what_their_command_line_parses_to(detector):
+    # Detector.train sets the values over the network's flags without writing a command line
+    parser = specs.load_script(detector).build_parser()
+    schema = specs.Schema(parser)
+    given = {'epochs': 3, 'lr': 0.5, 'batch_size': '4', 'no_wd': True, 'classes': ['a', 'b c'],
+             'gpus': '', 'save_prefix': 'x/', 'hflip': False, 'val_interval': 2,
+             'freeze_bn': True, 'jitter': [1, 2], 'amp': True, 'pretrained_base': False}
+    values = schema.normalize({k: v for k, v in given.items() if k in schema.keys})
+    assert len(values) >= 8
+    assert vars(schema.namespace(values)) == vars(parser.parse_args(schema.argv(values)))
+    with pytest.raises(specs.SpecError, match="^Detector.train: epochs: invalid literal for int"):
+        schema.namespace({'epochs': 'three'}, source='Detector.train')
+
+
 @pytest.mark.parametrize('spec, message', [
     ({'detector': 'retinanet', 'lr_mod': 'cosine'}, "unknown key 'lr_mod' (did you mean lr_mode"),
     ({'detector': 'ssd', 'netwrok': 'x'}, "unknown key 'netwrok' (did you mean network"),

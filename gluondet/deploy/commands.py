@@ -12,13 +12,14 @@ from ..metrics import COCODetectionMetric
 from ..metrics.coco_eval import format_summary
 from ..metrics.confusion import ConfusionMatrix
 from ..metrics.evaluation import evaluate, evaluate_voc, voc_metric
+from ..model_formats import FORMATS, SOURCES
 from .calibration import CalibrationBatches
 from .networks import apply_nms, load_network
-from .openvino import IR_EXTENSION, save_openvino
+from .openvino import save_openvino
 from .postprocess import postprocess_from_metadata, postprocess_of
 from .infer import infer, write_json
 from .predictor import Predictor
-from .sources import ENGINE_EXTENSIONS, metadata_path, model_metadata
+from .sources import metadata_path, model_metadata
 from .symbol import export_symbol
 from .tensorrt import build_engine
 from .views import wrap
@@ -26,7 +27,6 @@ from .views import wrap
 __all__ = ['FORMATS', 'export_model', 'export_summary', 'infer', 'evaluate',
            'evaluate_model']
 
-FORMATS = ('symbol', 'onnx', 'tensorrt', 'openvino')
 DYNAMIC_MAX_BATCH = 8   # largest batch of a dynamic-batch engine unless told
 
 
@@ -44,17 +44,12 @@ def _check_export(fmt, output, batch_size, dynamic_batch, precision, calibration
                              'PREFIX-0000.params, PREFIX-meta.json), got %s' % output)
         if batch_size is not None or dynamic_batch:
             raise ValueError('an MXNet symbol takes any batch: no batch size or dynamic batch')
-    elif fmt in ('onnx', 'openvino'):
-        extension = '.onnx' if fmt == 'onnx' else IR_EXTENSION
-        if not lower.endswith(extension):
-            raise ValueError('the %s file must end with %s, got %s'
-                             % ('ONNX model' if fmt == 'onnx' else 'OpenVINO IR', extension,
-                                output))
-        if batch_size is not None and dynamic_batch:
+    else:
+        if not lower.endswith(SOURCES[fmt].extensions):
+            raise ValueError("%s's file must end with %s, got %s"
+                             % (SOURCES[fmt].name, ' or '.join(SOURCES[fmt].extensions), output))
+        if fmt != 'tensorrt' and batch_size is not None and dynamic_batch:
             raise ValueError('an ONNX model has a fixed batch size or a dynamic batch, not both')
-    elif not lower.endswith(ENGINE_EXTENSIONS):
-        raise ValueError('the TensorRT engine file must end with %s, got %s'
-                         % (' or '.join(ENGINE_EXTENSIONS), output))
     images, batches, cache, method = calibration
     calibrating = any(v is not None for v in (images, batches, cache))
     if fmt == 'symbol' and (precision is not None or calibrating):

@@ -8,10 +8,16 @@ from mxnet import autograd, gluon
 from mxnet.gluon import nn
 
 from ..nn.roi import roi_rows
-from .postprocess import postprocess_of
+from .postprocess import by_kind, postprocess_of
 from .symbol import ssd_body
 
-__all__ = ['DetectionComparison', 'compare_detections', 'detecting_random_weights']
+__all__ = ['DetectionComparison', 'compare_detections', 'detecting_random_weights',
+           'DETECTING']
+
+#: {post-processing kind: ``(net, x, class_std, max_gap)``, scaling its predictors for
+#: `detecting_random_weights`} (:mod:`gluondet.deploy.postprocess`)
+DETECTING = {}
+
 
 
 class DetectionComparison(namedtuple('DetectionComparison', [
@@ -129,20 +135,20 @@ def detecting_random_weights(net, x, seed=0, class_std=2.0, max_gap=6.0):
     them, hence resolve their overlap in NMS, differently.
 
     How the predictors are scaled is the post-processing kind's
-    (:mod:`gluondet.deploy.postprocess`, ``detecting_weights``): :func:`softmax_detecting`,
+    (:data:`DETECTING`): :func:`softmax_detecting`,
     :func:`sigmoid_detecting`, :func:`rcnn_detecting`, :func:`yolo3_detecting`,
     :func:`center_net_detecting`.
 
     Parameters
     ----------
-    net : Detector (:mod:`gluondet.model_zoo`)
+    net : DetectionNet (:mod:`gluondet.model_zoo`)
         Of a ``postprocess_kind`` deploy knows; not initialized yet; not hybridized.
     x : NDArray
         A normalized input batch at the network's data shape.
     seed : int
         Seeds MXNet's and numpy's draws: the same weights whatever ran before.
     """
-    fit = globals()[postprocess_of(net).detecting_weights]     # an unknown kind fails first
+    fit = DETECTING[postprocess_of(net).kind]     # an unknown kind fails first
     mx.random.seed(seed)
     net.initialize()
     rng = np.random.RandomState(seed)
@@ -165,6 +171,7 @@ def detecting_random_weights(net, x, seed=0, class_std=2.0, max_gap=6.0):
     fit(net, x, class_std, max_gap)
 
 
+@by_kind(DETECTING, 'softmax_nms')
 def softmax_detecting(net, x, class_std, max_gap):
     """The ``softmax_nms`` part of :func:`detecting_random_weights` (SSD's): logits of std
     ``class_std``, an anchor's within ``max_gap`` of its best; box offsets of std 1, at most 4.
@@ -200,6 +207,7 @@ def _fit(layer, outputs, std, largest=None, gap=None):
                         * float(factor))
 
 
+@by_kind(DETECTING, 'sigmoid_topk_nms')
 def sigmoid_detecting(net, x, class_std, max_gap):
     """The ``sigmoid_topk_nms`` part of :func:`detecting_random_weights` (RetinaNet's).
 
@@ -226,6 +234,7 @@ def sigmoid_detecting(net, x, class_std, max_gap):
         bias.set_data(bias.data() - 2)
 
 
+@by_kind(DETECTING, 'rcnn')
 def rcnn_detecting(net, x, class_std, max_gap):
     """The ``rcnn`` part of :func:`detecting_random_weights` (Faster R-CNN's).
 
@@ -255,6 +264,7 @@ def rcnn_detecting(net, x, class_std, max_gap):
         _fit(net.box_predictor, net.box_predictor(box_feat).asnumpy(), 1, 4)
 
 
+@by_kind(DETECTING, 'yolo3')
 def yolo3_detecting(net, x, class_std, max_gap):
     """The ``yolo3`` part of :func:`detecting_random_weights` (YOLOv3's, GluonCV's network
     too: it reads only ``yolo_outputs[i].prediction``).
@@ -292,6 +302,7 @@ def yolo3_detecting(net, x, class_std, max_gap):
                                        ctx=weight.context))
 
 
+@by_kind(DETECTING, 'center_net')
 def center_net_detecting(net, x, class_std, max_gap):
     """The ``center_net`` part of :func:`detecting_random_weights` (CenterNet's).
 

@@ -44,7 +44,7 @@ def load_network(model, params=None, pretrained=False, classes=None, data_shape=
 
     Returns
     -------
-    net : Detector (:mod:`gluondet.model_zoo`)
+    net : DetectionNet (:mod:`gluondet.model_zoo`)
         Hybridized, weights loaded; a Faster R-CNN's ``short`` and ``max_size`` are
         the training's.
     info : dict

@@ -34,7 +34,7 @@ import numbers
 import mxnet as mx
 import numpy as np
 
-from ..inference_flags import SOFT_METHODS
+from ..inference_flags import NMS_OPTIONS, SOFT_METHODS, nms_keywords
 from .postprocess import postprocess_from_metadata, postprocess_of
 
 __all__ = ['NMSOptions', 'HostNMS', 'SOFT_METHODS', 'configure_network', 'export_plan',
@@ -77,7 +77,8 @@ class NMSOptions:
         The Gaussian soft NMS's ``sigma`` (``score * exp(-iou^2 / sigma)``).
     """
 
-    def __init__(self, conf=None, iou=None, max_det=None, agnostic=False, soft=None, sigma=0.5):
+    def __init__(self, conf=None, iou=None, max_det=None, agnostic=False, soft=None,
+                 sigma=NMS_OPTIONS['soft_sigma'][1]):
         self.conf = _check(conf, '--conf', 0, 1, closed=True)
         self.iou = _check(iou, '--iou', 0, 1)
         self.max_det = _check(max_det, '--max-det', 0, integer=True)
@@ -257,7 +258,7 @@ def configure_network(net, options):
 
     Parameters
     ----------
-    net : Detector (:mod:`gluondet.model_zoo`)
+    net : DetectionNet (:mod:`gluondet.model_zoo`)
         Changed in place.
     options : NMSOptions or None
 
@@ -359,8 +360,5 @@ def _without_nms(options, source):
 def nms_options(args):
     """:class:`NMSOptions` from the flags of :func:`add_nms_arguments`, or None if none was
     given (ValueError naming a bad flag)."""
-    given = (args.conf, args.iou, args.max_det, args.soft_nms)
-    if all(v is None for v in given) and not args.agnostic_nms:
-        return None
-    return NMSOptions(args.conf, args.iou, args.max_det, args.agnostic_nms, args.soft_nms,
-                      args.soft_sigma)
+    keywords = nms_keywords({name: getattr(args, name) for name in NMS_OPTIONS})
+    return None if keywords is None else NMSOptions(**keywords)

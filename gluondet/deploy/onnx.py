@@ -47,10 +47,15 @@ from .onnx_graph import (GraphBuilder, add_rcnn_postprocess, add_retinanet_postp
 from .onnx_center_net import (add_center_net_postprocess, center_net_body, deformable_blocks,
                               flip_width)
 from .onnx_yolo3 import add_yolo3_postprocess, yolo3_body
-from .postprocess import postprocess_of
+from .postprocess import by_kind, postprocess_of
 from .symbol import check_float32_process, input_shape, rcnn_body, ssd_body
 
-__all__ = ['export_onnx', 'UnsupportedOperatorError', 'OPSET']
+__all__ = ['export_onnx', 'UnsupportedOperatorError', 'OPSET', 'GRAPHS']
+
+#: {post-processing kind: its builder, ``(net, shape, symbolic, apply_nms) -> (graph, rows,
+#: props)``} (:mod:`gluondet.deploy.postprocess`)
+GRAPHS = {}
+
 
 OPSET = 13
 OUTPUTS = ('ids', 'scores', 'boxes')
@@ -105,7 +110,7 @@ def export_onnx(net, path, data_shape, batch_size=1, dynamic_batch=False, dynami
 
     Parameters
     ----------
-    net : Detector (:mod:`gluondet.model_zoo`)
+    net : DetectionNet (:mod:`gluondet.model_zoo`)
         Initialized, of a ``postprocess_kind`` deploy knows
         (:mod:`gluondet.deploy.postprocess`, whose graph it gets); its ``set_nms`` settings
         are exported (SSD, RetinaNet: ``0 < nms_thresh < 1`` and ``nms_topk > 0`` are
@@ -163,7 +168,7 @@ def export_onnx(net, path, data_shape, batch_size=1, dynamic_batch=False, dynami
     symbolic = {0: 'batch'} if dynamic_batch else {}
     if dynamic_size:
         symbolic.update({2: 'height', 3: 'width'})
-    graph, rows, props = globals()[post.onnx_graph](net, shape, symbolic, nms)
+    graph, rows, props = GRAPHS[post.kind](net, shape, symbolic, nms)
     batch = 'batch' if dynamic_batch else shape[0]
     del graph.output[:]
     graph.output.extend(helper.make_tensor_value_info(name, TensorProto.FLOAT, [batch, rows, n])
@@ -204,6 +209,7 @@ def _single_stage_body(net, shape, symbolic, anchor_outputs):
     return _convert_body(symbol, params, [('data', shape)], symbolic), anchors, level_sizes
 
 
+@by_kind(GRAPHS, 'softmax_nms')
 def softmax_nms_graph(net, shape, symbolic, apply_nms=True):
     """``softmax_nms`` (SSD's): mx2onnx's body, then the post-processing, with the anchors
     as constants (one input size)."""
@@ -217,6 +223,7 @@ def softmax_nms_graph(net, shape, symbolic, apply_nms=True):
     return graph, rows, {'nms': _nms_props(nms)}
 
 
+@by_kind(GRAPHS, 'sigmoid_topk_nms')
 def sigmoid_topk_nms_graph(net, shape, symbolic, apply_nms=True):
     """``sigmoid_topk_nms`` (RetinaNet's): mx2onnx's body with each level's anchors (cropped
     to its map: any input size), then the post-processing."""
@@ -231,6 +238,7 @@ def sigmoid_topk_nms_graph(net, shape, symbolic, apply_nms=True):
     return graph, rows, {'nms': _nms_props(nms)}
 
 
+@by_kind(GRAPHS, 'rcnn')
 def rcnn_graph(net, shape, symbolic, apply_nms=True):
     """``rcnn`` (Faster R-CNN's): mx2onnx's backbone + RPN head, the proposals and ROI Align,
     mx2onnx's box head, then the detection post-processing."""
@@ -280,6 +288,7 @@ def rcnn_graph(net, shape, symbolic, apply_nms=True):
     return graph, rows, props
 
 
+@by_kind(GRAPHS, 'yolo3')
 def yolo3_graph(net, shape, symbolic, apply_nms=True):
     """``yolo3`` (YOLOv3's): mx2onnx's body up to the prediction layers, then the decoding
     (cell grids from each map's shape: any input size) and the post-processing."""
@@ -295,6 +304,7 @@ def yolo3_graph(net, shape, symbolic, apply_nms=True):
     return graph, rows, {'nms': _nms_props(nms)}
 
 
+@by_kind(GRAPHS, 'center_net')
 def center_net_graph(net, shape, symbolic, apply_nms=True):
     """``center_net`` (CenterNet's): mx2onnx's body up to the heads, then the peak search and
     decoding (from the maps' shapes: any input size). It has no NMS: ``apply_nms`` changes

@@ -22,11 +22,12 @@ import numpy as np
 from ..detections import OUTPUT_NAMES
 from ..files import atomic_save_all
 from ..optional import require
+from ..model_formats import SOURCES
 from .sources import decode_metadata
 
 __all__ = ['IR_EXTENSION', 'OpenVINORunner', 'require_openvino', 'save_openvino', 'weights_path']
 
-IR_EXTENSION = '.xml'
+IR_EXTENSION = SOURCES['openvino'].extensions[0]
 METADATA_KEY = 'framework'      # where OpenVINO puts an ONNX model's metadata
 
 

@@ -7,20 +7,19 @@ an exported model records it in its metadata (``postprocess_kind``). Deploy look
 up here, never at the network's class: a new network that ends as an existing kind exports
 with no edit of deploy, and a kind not in :data:`KINDS` is refused with its name.
 
-Each row holds what deploy needs of a kind, as data (functions by their names, looked up by
-the modules that hold them: those import onnx, or this table, so it cannot import them):
+Each row holds what deploy needs of a kind, as data; the functions of a kind are registered
+by kind in the modules that hold them (they import onnx, or this table, so it cannot import
+them): its ONNX builder, ``(net, shape, symbolic, apply_nms) -> (graph, rows, props)``, in
+:data:`gluondet.deploy.onnx.GRAPHS` (the ONNX graph of the body and post-processing; without
+``apply_nms``, up to the final NMS: its candidates), and in
+:data:`gluondet.deploy.compare.DETECTING` a function ``(net, x, class_std, max_gap)`` that
+scales the predictors of a randomly initialized network so that it detects many overlapping
+boxes (:func:`~gluondet.deploy.compare.detecting_random_weights`, which ``gluondet
+benchmark`` uses for a zoo name without weights). The row:
 
 - ``description``: what the graph computes after the body, for messages and configs;
 - ``any_size``: whether its ONNX graph takes inputs of any height and width (the anchors
   cropped in the graph to each feature map) or only the size it was exported at;
-- ``onnx_graph``: the name of its builder in :mod:`gluondet.deploy.onnx`, ``(net, shape,
-  symbolic, apply_nms) -> (graph, rows, props)``, the ONNX graph of the body and
-  post-processing (without ``apply_nms``, up to the final NMS: its candidates);
-- ``detecting_weights``: the name of a function of :mod:`gluondet.deploy.compare`, ``(net, x,
-  class_std, max_gap)``, that scales the predictors of a randomly initialized network so
-  that it detects many overlapping boxes
-  (:func:`~gluondet.deploy.compare.detecting_random_weights`, which ``gluondet benchmark``
-  uses for a zoo name without weights);
 - ``topk_settings``: ``{node name prefix: the setting behind its TopK}`` of the graph, which
   TensorRT's check names when a cut is over TensorRT's limit
   (:func:`~gluondet.deploy.tensorrt.check_tensorrt_limits`);
@@ -30,11 +29,10 @@ the modules that hold them: those import onnx, or this table, so it cannot impor
 """
 import collections
 
-__all__ = ['KINDS', 'Postprocess', 'postprocess_of', 'postprocess_from_metadata']
+__all__ = ['KINDS', 'Postprocess', 'postprocess_of', 'postprocess_from_metadata', 'by_kind']
 
 Postprocess = collections.namedtuple('Postprocess', [
-    'kind', 'description', 'any_size', 'onnx_graph', 'detecting_weights', 'topk_settings',
-    'has_nms'], defaults=[True])
+    'kind', 'description', 'any_size', 'topk_settings', 'has_nms'], defaults=[True])
 
 _DETECTION_NMS = 'the detection NMS (set_nms: nms_topk, post_nms; -1 keeps every candidate'
 
@@ -44,16 +42,12 @@ KINDS = {row.kind: row for row in [
         'softmax class scores (background first) at every anchor, boxes decoded from the '
         'anchors, NMS within each class over all anchors',
         any_size=False,     # the anchors are constants of the export's input size
-        onnx_graph='softmax_nms_graph',
-        detecting_weights='softmax_detecting',
         topk_settings={'postprocess': _DETECTION_NMS + ')'}),
     Postprocess(
         'sigmoid_topk_nms',
         'sigmoid class scores, the nms_topk best candidates of each pyramid level, boxes '
         'decoded from the anchors, NMS within each class',
         any_size=True,
-        onnx_graph='sigmoid_topk_nms_graph',
-        detecting_weights='sigmoid_detecting',
         topk_settings={'postprocess': _DETECTION_NMS + '; the levels x nms_topk candidates '
                                       'are sorted together: set_nms(nms_topk=768) for its five '
                                       'levels)'}),
@@ -62,8 +56,6 @@ KINDS = {row.kind: row for row in [
         'region proposals (decoded RPN anchors, NMS), ROI Align, the box head\'s softmax '
         'scores and class-specific boxes, NMS within each class',
         any_size=True,
-        onnx_graph='rcnn_graph',
-        detecting_weights='rcnn_detecting',
         topk_settings={
             'proposals': "the RPN's pre-NMS top-k (rpn_test_pre_nms, capped by the anchors of "
                          "the input size) or its post-NMS count (rpn_test_post_nms)",
@@ -73,8 +65,6 @@ KINDS = {row.kind: row for row in [
         'boxes decoded from each cell and anchor, scores sigmoid(objectness) x sigmoid(class), '
         'the best candidates of each output, NMS within each class (GluonCV\'s YOLOv3)',
         any_size=True,      # the cell grids are made from each map's shape in the graph
-        onnx_graph='yolo3_graph',
-        detecting_weights='yolo3_detecting',
         topk_settings={'postprocess': _DETECTION_NMS + '; each output keeps max(nms_topk, '
                                       'post_nms) candidates)'}),
     Postprocess(
@@ -83,12 +73,18 @@ KINDS = {row.kind: row for row in [
         'CenterNet\'s NMS), the topk best of classes x places, boxes from the size and offset '
         'maps at each peak (GluonCV\'s CenterNet)',
         any_size=True,      # everything from the maps' shapes in the graph
-        onnx_graph='center_net_graph',
-        detecting_weights='center_net_detecting',
         topk_settings={'postprocess': 'topk (the zoo name\'s 40 VOC, 100 COCO and custom; '
                                       'capped by set_nms: nms_topk, post_nms)'},
         has_nms=False),
 ]}
+
+
+def by_kind(table, kind):
+    """A decorator putting a function of post-processing kind ``kind`` in ``table``."""
+    def register(function):
+        table[kind] = function
+        return function
+    return register
 
 
 def _lookup(kind, source):

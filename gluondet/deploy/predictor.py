@@ -60,7 +60,7 @@ from .networks import load_network
 from .nms import NMSOptions, configure_network, export_plan
 from .openvino import OpenVINORunner
 from .runners import MXNetRunner, ONNXRuntimeRunner, _symbol_prefix, _symbol_runner
-from .sources import (BACKEND_OF, BACKENDS, SOURCE_BACKENDS, SOURCE_NAMES, agree, metadata_path,
+from .sources import (BACKEND_OF, BACKENDS, SOURCES, agree, metadata_path,
                       shape_pair, source_kind)
 from .tensorrt import TensorRTRunner
 from .timings import Timings
@@ -465,7 +465,7 @@ class Predictor:
             model = os.fspath(model)
             kind, name = source_kind(model), model
         needed = backend or BACKEND_OF[kind]
-        if needed not in SOURCE_BACKENDS[kind]:
+        if needed not in SOURCES[kind].backends:
             if backend not in BACKENDS:
                 raise ValueError('backend must be one of %s, got %r' % (', '.join(BACKENDS),
                                                                         backend))
@@ -473,8 +473,8 @@ class Predictor:
                                 'tensorrt)',
                     'openvino': ' (export it with gluondet export --format openvino or onnx)'}
             raise ValueError('%s is %s: it runs with backend %s, not %r%s'
-                             % (name, SOURCE_NAMES[kind], ' or '.join(
-                                 repr(b) for b in SOURCE_BACKENDS[kind]), backend,
+                             % (name, SOURCES[kind].name, ' or '.join(
+                                 repr(b) for b in SOURCES[kind].backends), backend,
                                 hint.get(backend, '')))
         classes = None if classes is None else tuple(classes)
         shape = None if data_shape is None else shape_pair(data_shape)
@@ -494,7 +494,7 @@ class Predictor:
                        configure_network(net, nms))
         if params is not None or pretrained:
             raise ValueError('params and pretrained go with a model zoo name, not with %s (%s)'
-                             % (SOURCE_NAMES[kind], model))
+                             % (SOURCES[kind].name, model))
         if kind in ('onnx', 'openvino'):
             runner = (OpenVINORunner if needed == 'openvino' else ONNXRuntimeRunner)(
                 model, threads=threads)

@@ -13,37 +13,17 @@ import numbers
 import os
 
 from ..data.preprocess import preprocessing_of
+from ..model_formats import BACKENDS, SOURCES, source_kind
 from .postprocess import postprocess_of
 
 __all__ = ['BACKENDS', 'BACKEND_OF', 'ENGINE_EXTENSIONS', 'METADATA_FORMAT', 'NMS_SETTINGS',
-           'SOURCE_BACKENDS', 'SOURCE_NAMES', 'agree', 'decode_metadata', 'metadata_path',
+           'SOURCES', 'agree', 'decode_metadata', 'metadata_path',
            'model_metadata', 'shape_pair', 'source_kind']
 
-BACKENDS = ('mxnet', 'onnxruntime', 'tensorrt', 'openvino')
 METADATA_FORMAT = 'gluondet-deploy'
-ENGINE_EXTENSIONS = ('.engine', '.plan', '.trt')
+ENGINE_EXTENSIONS = SOURCES['tensorrt'].extensions
 NMS_SETTINGS = ('score_thresh', 'nms_thresh', 'nms_topk', 'post_nms', 'force_nms')
-# the backends that run each kind of source, its default first
-SOURCE_BACKENDS = {'zoo': ('mxnet',), 'symbol': ('mxnet',), 'onnx': ('onnxruntime', 'openvino'),
-                   'tensorrt': ('tensorrt',), 'openvino': ('openvino',)}
-BACKEND_OF = {kind: backends[0] for kind, backends in SOURCE_BACKENDS.items()}
-SOURCE_NAMES = {'zoo': 'a Gluon network', 'symbol': 'an MXNet symbol', 'onnx': 'an ONNX model',
-                'tensorrt': 'a TensorRT engine', 'openvino': 'an OpenVINO IR'}
-
-
-def source_kind(model):
-    """``'onnx'``, ``'tensorrt'``, ``'openvino'``, ``'symbol'`` or ``'zoo'`` (a zoo name or
-    params file)."""
-    lower = model.lower()
-    if lower.endswith('.onnx'):
-        return 'onnx'
-    if lower.endswith('.xml'):
-        return 'openvino'
-    if lower.endswith(ENGINE_EXTENSIONS):
-        return 'tensorrt'
-    if lower.endswith('-symbol.json') or os.path.isfile(model + '-symbol.json'):
-        return 'symbol'
-    return 'zoo'
+BACKEND_OF = {kind: row.backends[0] for kind, row in SOURCES.items()}
 
 
 def shape_pair(data_shape, what='data_shape'):
@@ -87,7 +67,7 @@ def model_metadata(net, network, data_shape, batch_size=None, preprocessing=None
 
     Parameters
     ----------
-    net : Detector (:mod:`gluondet.model_zoo`)
+    net : DetectionNet (:mod:`gluondet.model_zoo`)
         Of a ``postprocess_kind`` deploy knows (:mod:`gluondet.deploy.postprocess`).
     network : str
         The model zoo name.

@@ -42,7 +42,7 @@ import numpy as np
 from ..bbox import bbox_iou
 from ..data import transforms as T
 from ..data.base import empty_label
-from ..inference_flags import TTA_SCALES, VIEW_DEFAULTS
+from ..inference_flags import VIEW_DEFAULTS
 from .nms import nms_keep
 from .predictor import Detections, Predictions, _as_image, clip_boxes
 
@@ -61,7 +61,8 @@ class Slicing(collections.namedtuple('Slicing', ['size', 'overlap', 'full', 'iou
     """Tiles of ``size`` ``(height, width)`` original pixels overlapping by ``overlap`` of a
     tile's side, plus the whole image if ``full``, merged by NMS at ``iou``."""
 
-    def __new__(cls, size, overlap=0.2, full=False, iou=0.5):
+    def __new__(cls, size, overlap=VIEW_DEFAULTS['slice_overlap'],
+                full=VIEW_DEFAULTS['slice_full'], iou=VIEW_DEFAULTS['slice_iou']):
         size = _size_pair(size)
         if not 0 <= overlap < 1:
             raise ValueError('slice overlap must be in [0, 1), got %r' % (overlap,))
@@ -72,7 +73,8 @@ class TTA(collections.namedtuple('TTA', ['scales', 'flip', 'merge', 'iou'])):
     """Views shrunk by each of ``scales`` (in (0, 1]), each also mirrored if ``flip``, merged
     by ``merge`` ('wbf' or 'nms') at ``iou``."""
 
-    def __new__(cls, scales=TTA_SCALES, flip=True, merge='wbf', iou=0.55):
+    def __new__(cls, scales=VIEW_DEFAULTS['tta_scales'], flip=True,
+                merge=VIEW_DEFAULTS['tta_merge'], iou=VIEW_DEFAULTS['tta_iou']):
         scales = tuple(float(s) for s in scales)
         if not scales or not all(0 < s <= 1 for s in scales) or len(set(scales)) < len(scales):
             raise ValueError('TTA scales must be distinct numbers in (0, 1] (1: the image as '

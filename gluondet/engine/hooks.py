@@ -307,6 +307,12 @@ class ValidationHook(HookBase):
                 'validated_epoch': self.validated_epoch,
                 'validated_iteration': self._validated_at}
 
+    @property
+    def best_path(self):
+        """The best weights' ``.params`` (``{save_prefix}_best.params``), None before a
+        validation scored a finite metric."""
+        return None if self.best is None else self.config.save_prefix + '_best.params'
+
     def load_state_dict(self, state):
         self.best, self.best_epoch = state['best'], state['best_epoch']
         self.validated_epoch = state['validated_epoch']

@@ -219,8 +219,10 @@ def train_data(task, config, runtime):
 
 @dataclasses.dataclass
 class FitResult:
-    """What `fit` leaves: the trained net, where training ended, on which process, and
-    why it ended before its epochs (``stop_reason``, None when it did not: early stopping)."""
+    """What `fit` leaves: the trained net, where training ended, on which process, why it
+    ended before its epochs (``stop_reason``, None when it did not: early stopping), and the
+    best weights' ``.params`` (``best_path``, None when no validation scored a finite
+    metric; written by the main process)."""
 
     net: gluon.HybridBlock
     epoch: int
@@ -231,6 +233,7 @@ class FitResult:
     rank: int = 0
     world_size: int = 1
     stop_reason: Optional[str] = None
+    best_path: Optional[str] = None
 
 
 def fit(task, config, runtime=None, hooks=()):
@@ -268,10 +271,11 @@ def fit(task, config, runtime=None, hooks=()):
     # processes leave a stop signal to this one
     with runtime.activated(), guard_children():
         loop, checkpointer = _build_and_train(task, config, runtime, hooks, batch_note)
-    best = next((h.best for h in loop.hooks if isinstance(h, ValidationHook)), None)
+    validation = next((h for h in loop.hooks if isinstance(h, ValidationHook)), None)
+    best, best_path = (validation.best, validation.best_path) if validation else (None, None)
     return FitResult(loop.net, loop.state.epoch, loop.state.iteration, best,
                      loop.state.metrics, checkpointer.last_path, runtime.rank,
-                     runtime.world_size, loop.stop_reason)
+                     runtime.world_size, loop.stop_reason, best_path)
 
 
 def resolve_batch(config, runtime):

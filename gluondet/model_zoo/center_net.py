@@ -12,7 +12,7 @@ from .backbones import get_backbone
 from .backbones.dla import dla34, load_gluoncv_dla
 from .backbones.mobilenetv3 import MobileNetV3, load_gluoncv_mobilenetv3
 from .center_net_necks import DeconvNeck, DLAUpNeck, DUCNeck
-from .detector import Detector, register_presets, reuse_mapping
+from .detector import DetectionNet, register_presets, reuse_mapping
 from .gluoncv_compat import load_gluoncv_backbone, load_gluoncv_v1b
 from .single_stage import reuse_rows
 
@@ -108,7 +108,7 @@ def _predictor(channels, in_channels, bias, prefix=None):
                      bias_initializer=mx.init.Constant(bias), prefix=prefix)
 
 
-class CenterNet(Detector):
+class CenterNet(DetectionNet):
     """CenterNet over a neck bringing the input to stride 4.
 
     Parameters

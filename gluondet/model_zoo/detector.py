@@ -9,11 +9,11 @@ from mxnet.gluon import nn
 
 from . import gluoncv_compat, registry
 
-__all__ = ['Detector', 'reuse_mapping', 'initialized_ctx', 'norm_param_names', 'params_except',
+__all__ = ['DetectionNet', 'reuse_mapping', 'initialized_ctx', 'norm_param_names', 'params_except',
            'dataset_builder', 'custom_builder', 'register_presets']
 
 
-class Detector(gluon.HybridBlock):
+class DetectionNet(gluon.HybridBlock):
     """Base of the zoo's detectors.
 
     A hybridized detector's graph differs between training (raw predictions

@@ -9,13 +9,13 @@ from ..nn import (BoxCenterDecoder, FPN, PerClassNMS, RCNNTargetGenerator, RCNNT
                   ROIExtractor, RPNAnchorGenerator, RPNHead, RPNProposal, batch_take, roi_rows)
 from . import gluoncv_compat, gluoncv_rcnn, registry
 from .backbones import get_backbone
-from .detector import (Detector, initialized_ctx, norm_param_names, params_except,
+from .detector import (DetectionNet, initialized_ctx, norm_param_names, params_except,
                        register_presets, reuse_mapping)
 
 __all__ = ['FasterRCNN', 'FASTER_RCNN_ARCHS', 'build_faster_rcnn']
 
 
-class FasterRCNN(Detector):
+class FasterRCNN(DetectionNet):
     """Two-stage detector: RPN proposals, then per-region classes and class-specific boxes.
 
     Parameters

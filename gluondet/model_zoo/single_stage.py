@@ -4,7 +4,7 @@ import mxnet as mx
 from mxnet import autograd
 from mxnet.gluon import nn
 
-from .detector import Detector, initialized_ctx, reuse_mapping
+from .detector import DetectionNet, initialized_ctx, reuse_mapping
 
 __all__ = ['SingleStageDetector', 'reuse_rows']
 
@@ -14,7 +14,7 @@ def _flat(F, pred, width):
     return F.transpose(pred, (0, 2, 3, 1)).reshape((0, -1, width))
 
 
-class SingleStageDetector(Detector):
+class SingleStageDetector(DetectionNet):
     """Base of the single-stage detectors: a subclass builds, under its name scope,
 
     - ``features``: input -> list of maps;

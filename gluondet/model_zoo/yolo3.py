@@ -12,7 +12,7 @@ from ..nn.nms import top_candidates
 from . import gluoncv_compat, gluoncv_yolo, registry
 from .backbones import DarkNet, get_backbone
 from .backbones.darknet import conv_bn_leaky
-from .detector import Detector, register_presets, reuse_mapping
+from .detector import DetectionNet, register_presets, reuse_mapping
 from .single_stage import reuse_rows
 
 __all__ = ['YOLOV3', 'YOLODetectionBlock', 'YOLOOutput', 'YOLONMS', 'YOLO3_ARCHS',
@@ -140,7 +140,7 @@ class YOLONMS(MultiClassNMS):
         return self._suppress(F, F.concat(*rows, dim=1))
 
 
-class YOLOV3(Detector):
+class YOLOV3(DetectionNet):
     """YOLOv3 over a backbone returning maps at three strides.
 
     Parameters

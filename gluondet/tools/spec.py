@@ -114,10 +114,35 @@ class Schema:
     def argv(self, values, source='<spec>'):
         """The command line of ``{dest: value}``, each value checked with the flag's type."""
         argv = []
-        for dest, value in values.items():
-            action = self.actions[dest]
+        for action, texts in self._texts(values, source):
             flag = next((o for o in action.option_strings if o.startswith('--')),
                         action.option_strings[0])
+            if texts is None:
+                argv.append(flag)
+            elif action.nargs not in (None, '?'):
+                argv += [flag] + texts
+            else:
+                argv.append('%s=%s' % (flag, texts[0]))
+        return argv
+
+    def namespace(self, values, argv=(), source='<spec>'):
+        """The parsed ``argv`` with ``{dest: value}`` set over it: what parsing `argv`'s
+        command line gives, without writing one (each value checked the same way)."""
+        args = self.parser.parse_args(list(argv))
+        for action, texts in self._texts(values, source):
+            if texts is None:
+                value = action.const
+            else:
+                value = [action.type(t) if action.type else t for t in texts]
+                value = value if action.nargs not in (None, '?') else value[0]
+            setattr(args, action.dest, value)
+        return args
+
+    def _texts(self, values, source):
+        """``(action, texts)`` of each of ``{dest: value}`` that is given: ``texts`` the
+        checked words of its value, None for the bare flag."""
+        for dest, value in values.items():
+            action = self.actions[dest]
             if value is None:
                 if action.default is not None and not _bool_flag(action):
                     raise SpecError('%s: %s: null, but the flag has a default (%r); leave the '
@@ -127,25 +152,20 @@ class Schema:
                 if not isinstance(value, bool):
                     raise SpecError('%s: %s: true or false, got %r' % (source, dest, value))
                 if value == action.const and value != action.default:
-                    argv.append(flag)
+                    yield action, None
                 continue
             if action.nargs == '?' and isinstance(value, bool):
                 if value:           # the bare flag: its const (freeze_bn true, auto_augment v0)
-                    argv.append(flag)
+                    yield action, None
                     continue
                 if action.const is not True:    # off: the default (no auto_augment)
                     continue
-            if action.nargs not in (None, '?'):
-                items = list(value) if isinstance(value, (list, tuple)) else [value]
-                texts = [_text(v) for v in items]
-                for text in texts:
-                    self._check(action, text, dest, source)
-                argv += [flag] + texts
-                continue
-            text = _text(value)
-            self._check(action, text, dest, source)
-            argv.append('%s=%s' % (flag, text))
-        return argv
+            items = (list(value) if action.nargs not in (None, '?')
+                     and isinstance(value, (list, tuple)) else [value])
+            texts = [_text(v) for v in items]
+            for text in texts:
+                self._check(action, text, dest, source)
+            yield action, texts
 
     @staticmethod
     def _check(action, text, dest, source):

@@ -254,7 +254,11 @@ def regularization(args):
 
 
 def main(argv=None):
-    args = parse_args(argv)
+    return run(parse_args(argv))
+
+
+def run(args):
+    """Train as the parsed flags ``args`` say; returns the engine's `FitResult`."""
     logging.basicConfig(level=logging.INFO, format='%(message)s')
     flags.check_args(args)
     name = network_name(args)
