@@ -41,6 +41,7 @@ def nms_keywords(values):
         return None
     return {keyword: values[name] for name, (keyword, _) in NMS_OPTIONS.items()}
 
+
 def add_nms_arguments(parser):
     """``--conf --iou --max-det --agnostic-nms --soft-nms {gaussian,linear} --soft-sigma``."""
     group = parser.add_argument_group(

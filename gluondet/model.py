@@ -35,6 +35,8 @@ from .visualize import draw_boxes, save_image
 __all__ = ['Detector', 'Results']
 
 DEFAULT_SAVE_PREFIX = 'runs/train/'
+
+
 class Results:
     """The detections of one image or video frame, in its original pixels.
 
@@ -244,8 +246,8 @@ class Detector:
             values.setdefault('resume', self.params or self.model)
             values.setdefault('start_epoch', 0)
         schema = Schema(module.build_parser())
-        args = schema.namespace(schema.normalize(values, 'Detector.train'),
-                                module.network_flags(network), 'Detector.train')
+        given = schema.normalize(values, 'Detector.train')
+        args = schema.namespace(given, module.network_flags(network), 'Detector.train')
         if save_prefix and os.path.dirname(save_prefix):
             os.makedirs(os.path.dirname(save_prefix), exist_ok=True)
         with wording.speaking(wording.keyword):     # messages name this method's keywords
@@ -255,8 +257,7 @@ class Detector:
         if not self._unwritten:
             self.model, self.params, self.pretrained = result.best_path, None, False
             self._predictors.clear()
-        self.data = {k: v for k, v in schema.normalize(values, 'Detector.train').items()
-                     if k in _DATA_KEYS}
+        self.data = {k: v for k, v in given.items() if k in _DATA_KEYS}
         return dict(getattr(result, 'metrics', None) or {})
 
     # ------------------------------------------------------------ val

@@ -2,7 +2,7 @@
 table the command line, deploy and `gluondet.Detector` read (standard library only, so the
 command line's help imports nothing heavy).
 
->>> from gluondet.model_formats import FORMATS, BACKENDS, source_kind
+>>> from gluondet.model_formats import FORMATS, SOURCES, source_kind
 >>> FORMATS
 ('symbol', 'onnx', 'tensorrt', 'openvino')
 >>> source_kind('model.plan'), SOURCES['onnx'].backends

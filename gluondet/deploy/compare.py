@@ -19,7 +19,6 @@ __all__ = ['DetectionComparison', 'compare_detections', 'detecting_random_weight
 DETECTING = {}
 
 
-
 class DetectionComparison(namedtuple('DetectionComparison', [
         'compared', 'missing_in_a', 'missing_in_b', 'max_score_diff', 'max_box_diff',
         'score_tol', 'box_tol'])):

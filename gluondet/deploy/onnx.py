@@ -56,7 +56,6 @@ __all__ = ['export_onnx', 'UnsupportedOperatorError', 'OPSET', 'GRAPHS']
 #: props)``} (:mod:`gluondet.deploy.postprocess`)
 GRAPHS = {}
 
-
 OPSET = 13
 OUTPUTS = ('ids', 'scores', 'boxes')
 
