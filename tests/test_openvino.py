@@ -293,3 +293,19 @@ def test_openvinos_telemetry_is_off_in_gluondets_process():
                          timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split('\n')[-2] == "False ['MainThread']", out.stdout
+
+
+def test_a_signal_after_openvino_predictors_are_freed_is_handled(exported):
+    # Each OpenVINO Core's CPU plugin moved the main thread's alternate signal stack and put
+    # it back when destroyed: two freed in the order they were made left it on freed memory,
+    # and the next signal (the self-sent SIGTERM of a stop test) killed the pytest worker
+    # with SIGSEGV. gluondet keeps one Core (deploy/openvino.py's _core).
+    code = ('import gc, os, signal\n'
+            'from gluondet.deploy.openvino import OpenVINORunner\n'
+            'first, second = OpenVINORunner(%r), OpenVINORunner(%r)\n'
+            'del first; gc.collect(); del second; gc.collect()\n'
+            'signal.signal(signal.SIGTERM, lambda *args: print("caught"))\n'
+            'os.kill(os.getpid(), signal.SIGTERM)\n' % (exported[3], exported[3]))
+    out = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0 and out.stdout.split() == ['caught'], (out.returncode, out.stderr)

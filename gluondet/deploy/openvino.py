@@ -111,7 +111,7 @@ class OpenVINORunner:
     def __init__(self, path, threads=None, device='CPU'):
         ov = require_openvino()
         import openvino.properties as props
-        core = ov.Core()
+        core = _core()
         model = _read_model(ov, core, path)
         outputs = [name for o in model.outputs for name in o.get_names()]
         if len(model.inputs) != 1 or not set(OUTPUT_NAMES) <= set(outputs):
@@ -142,6 +142,20 @@ class OpenVINORunner:
         results = self._request.infer([np.ascontiguousarray(batch, np.float32)],
                                       share_inputs=True)
         return tuple(results[output] for output in self._outputs)
+
+
+@functools.lru_cache(maxsize=None)
+def _core():
+    """The one OpenVINO ``Core`` of this process, kept to its end.
+
+    Each Core's CPU plugin points the calling thread's alternate signal stack at a buffer of
+    its own and, when the Core is destroyed, points it back at what it found. Cores destroyed
+    out of the order they were made (two predictors, the first freed first) left the main
+    thread's pointing at freed memory, and the next signal it handled (Python's handlers run
+    on that stack) killed the process with SIGSEGV instead: a Ctrl-C or SIGTERM stopping
+    training or inference after an OpenVINO predictor had been used (OpenVINO 2026.4).
+    """
+    return require_openvino().Core()
 
 
 def save_openvino(onnx_path, output):
