@@ -101,8 +101,9 @@ def _weights(args):
 
 
 def _model_source(args):
-    """The keywords of `_model_arguments`'s model flags: the model, its backend and weights."""
-    return dict(model=args.model, backend=args.backend, **_weights(args))
+    """The ModelSource of `_model_arguments`'s flags: the model, its backend and weights."""
+    from .deploy.sources import ModelSource
+    return ModelSource(args.model, backend=args.backend, **_weights(args))
 
 
 def _export_arguments(parser):
@@ -218,7 +219,7 @@ def _infer(args):
     from .deploy.views import view_options
     views = view_options(args)
     result = commands.infer(
-        **_model_source(args), source=args.source, output=args.output,
+        model=_model_source(args), source=args.source, output=args.output,
         batch_size=args.batch_size,
         kitti_labels=args.kitti_labels, visualize=args.visualize, threshold=args.threshold,
         save_video=args.save_video, vid_stride=args.vid_stride, track=track_settings(args),
@@ -263,7 +264,7 @@ def _evaluate(args):
     nms = nms_options(args)
     data = dataset_kwargs(args, 'val')
     commands.evaluate_model(
-        **_model_source(args), dataset_root=data.pop('root'), **data,
+        model=_model_source(args), dataset_root=data.pop('root'), **data,
         batch_size=args.batch_size, iou_thresh=args.iou_thresh or 0.5,
         ap=args.ap or '11point', plots=args.plots, confusion_score=args.confusion_score,
         views=views, nms=nms)
@@ -397,7 +398,7 @@ def _benchmark(args):
     from .deploy import benchmark
     from .deploy.nms import nms_options
     benchmark.benchmark(
-        **_model_source(args), batch_sizes=args.batch_sizes, threads=args.threads,
+        model=_model_source(args), batch_sizes=args.batch_sizes, threads=args.threads,
         warmup=args.warmup, iters=args.iters, seconds=args.seconds, output=args.output,
         nms=nms_options(args))
     return 0

@@ -7,6 +7,12 @@ detections. Indexing, `concat` and the filters apply to every field, so a stage 
 does not know a field keeps it. What runs a network turns its GluonCV outputs
 ``(ids, scores, boxes)``, padded with -1, into one `Detections` per image; the sinks
 (COCO results, JSON lines, KITTI lines) read it here.
+
+A field named in ``point_fields`` holds points in pixels, as the boxes: keypoints, ``x`` and
+``y`` first on its last axis (``N x K x 2``, or ``N x K x 3`` with a visibility or score
+after them). Whatever moves the boxes between pixel frames (the input's rescaling, a
+view's window, shrinking and mirroring) moves them too, by `map_points`; weighted box
+fusion averages them as it does the boxes.
 """
 import numbers
 
@@ -15,7 +21,7 @@ import numpy as np
 from .data.coco import xyxy_to_coco
 from .data.kitti import kitti_line
 
-__all__ = ['Detections', 'JSON_NAMES', 'OUTPUT_NAMES']
+__all__ = ['Detections', 'JSON_NAMES', 'OUTPUT_NAMES', 'map_points']
 
 #: The fields every detections has; also the first outputs of every detector network, in
 #: this order, by these names in its exports. A network's further outputs (its
@@ -36,14 +42,16 @@ class Detections:
         ``N`` scores (float32).
     boxes : array-like
         ``N x 4`` ``xmin, ymin, xmax, ymax`` in original image pixels (float32).
+    point_fields : sequence of str
+        The ``fields`` holding points in pixels (see the module docstring).
     **fields : array-like
         Other per-detection fields, each with ``N`` rows (``track_ids``: int64, -1 for a
         detection not tracked). A field given as None is left out.
     """
 
-    __slots__ = ('_fields',)
+    __slots__ = ('_fields', 'point_fields')
 
-    def __init__(self, ids, scores, boxes, **fields):
+    def __init__(self, ids, scores, boxes, point_fields=(), **fields):
         values = {'ids': np.asarray(ids, np.int64).reshape(-1),
                   'scores': np.asarray(scores, np.float32).reshape(-1),
                   'boxes': np.asarray(boxes, np.float32).reshape(-1, 4)}
@@ -55,13 +63,20 @@ class Detections:
         if wrong:
             raise ValueError('Detections: every field needs one row per detection (%d ids); '
                              'got %s' % (count, ', '.join(wrong)))
+        points = tuple(point_fields)
+        bad = [name for name in points if name not in values or name in REQUIRED
+               or values[name].ndim < 2 or values[name].shape[-1] < 2]
+        if bad:
+            raise ValueError('Detections: a point field is a field other than ids, scores and '
+                             'boxes with x and y on its last axis; not %s' % ', '.join(bad))
         object.__setattr__(self, '_fields', values)
+        object.__setattr__(self, 'point_fields', points)
 
     @classmethod
-    def empty(cls, **fields):
+    def empty(cls, point_fields=(), **fields):
         """No detections; ``fields`` (name: one detection's row, an example) add empty
         fields of that row's shape and type."""
-        return cls(np.zeros(0), np.zeros(0), np.zeros((0, 4)),
+        return cls(np.zeros(0), np.zeros(0), np.zeros((0, 4)), point_fields,
                    **{name: np.zeros((0,) + np.shape(row), np.asarray(row).dtype)
                       for name, row in fields.items()})
 
@@ -106,7 +121,8 @@ class Detections:
             return self._fields[index]
         if isinstance(index, numbers.Integral):
             index = [index]
-        return Detections(**{name: value[index] for name, value in self._fields.items()})
+        return Detections(point_fields=self.point_fields,
+                          **{name: value[index] for name, value in self._fields.items()})
 
     def __iter__(self):
         raise TypeError('Detections are not a tuple: read d.ids, d.scores, d.boxes (d[i] is '
@@ -116,7 +132,7 @@ class Detections:
         return 'Detections(%d; %s)' % (len(self), ', '.join(self._fields))
 
     def __reduce__(self):      # pickled whole (a distributed validation gathers them)
-        return _rebuild, (self._fields,)
+        return _rebuild, (self._fields, self.point_fields)
 
     def replace(self, **fields):
         """A copy with ``fields`` set (None removes a field other than the required ones)."""
@@ -126,7 +142,14 @@ class Detections:
                 values.pop(name, None)
             else:
                 values[name] = value
-        return Detections(**values)
+        return Detections(point_fields=[n for n in self.point_fields if n in values], **values)
+
+    def mapped_points(self, scale=(1.0, 1.0), offset=(0.0, 0.0), size=None, mirror=False):
+        """A copy with its point fields moved by `map_points` (the boxes as they are)."""
+        if not self.point_fields:
+            return self
+        return self.replace(**{name: map_points(self._fields[name], scale, offset, size,
+                                                mirror) for name in self.point_fields})
 
     def above(self, score):
         """The detections scoring at least ``score``."""
@@ -143,12 +166,13 @@ class Detections:
         parts = list(parts)
         if not parts:
             return Detections.empty()
-        names = parts[0].fields
+        names, points = parts[0].fields, parts[0].point_fields
         for part in parts[1:]:
-            if set(part.fields) != set(names):
+            if set(part.fields) != set(names) or set(part.point_fields) != set(points):
                 raise ValueError('Detections.concat: fields differ: %s and %s'
-                                 % (', '.join(names), ', '.join(part.fields)))
-        return Detections(**{name: np.concatenate([p._fields[name] for p in parts])
+                                 % (parts[0], part))
+        return Detections(point_fields=points,
+                          **{name: np.concatenate([p._fields[name] for p in parts])
                              for name in names})
 
     # ------------------------------------------------------------ conversions
@@ -190,5 +214,21 @@ class Detections:
         return rows
 
 
-def _rebuild(fields):
-    return Detections(**fields)
+def map_points(points, scale=(1.0, 1.0), offset=(0.0, 0.0), size=None, mirror=False):
+    """Points (``x``, ``y`` first on the last axis) in another pixel frame, in float32:
+    ``x * sx + ox``, ``y * sy + oy``; then with ``size`` (``(width, height)``) clipped to
+    that image's pixels as boxes are, and ``mirror``-ed in it (column ``x`` becomes
+    ``width - 1 - x``, as a mirrored box's). Entries after ``y`` are kept."""
+    points = np.array(points, np.float32)
+    xy = points[..., :2] * np.asarray(scale, np.float32) + np.asarray(offset, np.float32)
+    if size is not None:
+        width, height = size
+        xy = np.clip(xy, 0, np.array([width - 1, height - 1], np.float32))
+        if mirror:
+            xy[..., 0] = width - 1 - xy[..., 0]
+    points[..., :2] = xy
+    return points
+
+
+def _rebuild(fields, point_fields=()):
+    return Detections(point_fields=point_fields, **fields)

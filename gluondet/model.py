@@ -19,6 +19,7 @@ spec's keys are: :mod:`gluondet.tools.spec`), ``val`` is ``gluondet evaluate``
 :class:`~gluondet.deploy.Predictor` of every backend over a source, and ``export`` is
 ``gluondet export`` (:func:`gluondet.deploy.commands.export_model`).
 """
+import dataclasses
 import glob
 import os
 
@@ -26,6 +27,7 @@ import numpy as np
 
 from .data.base import read_image
 from .deploy.predictor import Predictor
+from .deploy.sources import ModelSource
 from .inference_flags import NMS_OPTIONS, VIEW_DEFAULTS, nms_keywords
 from .metadata import read_json
 from .model_formats import export_path, source_kind
@@ -140,12 +142,14 @@ class Detector:
 
     Parameters
     ----------
-    model : str
+    model : str or ModelSource
         What ``gluondet infer --model`` takes: a model zoo name (``ssd_512_mobilenet1.0_voc``;
         weights from ``params`` or ``pretrained``, else the zoo's initialization), a training
         output ``PREFIX_best.params`` (its json beside), an MXNet symbol prefix, an ONNX model
-        (``.onnx``) or a TensorRT engine. Exported models predict, validate and export no
-        further; only zoo names and ``.params`` train.
+        (``.onnx``), a TensorRT engine or an OpenVINO IR (``.xml``); or a
+        :class:`~gluondet.deploy.sources.ModelSource` (the keywords below are its fields).
+        Exported models predict, validate and export no further; only zoo names and
+        ``.params`` train.
     backend : str, optional
         The runtime of ``predict`` and ``val`` (default: the model's, see
         :meth:`Predictor.from_model <gluondet.deploy.Predictor.from_model>`).
@@ -169,16 +173,18 @@ class Detector:
 
     def __init__(self, model, backend=None, params=None, pretrained=False, classes=None,
                  data_shape=None):
-        self.model = os.fspath(model)
-        self.backend = backend
-        self.params = params
-        self.pretrained = pretrained
-        self.classes = None if classes is None else tuple(classes)
-        self.data_shape = data_shape
+        self.source = ModelSource.of(model, backend=backend, params=params,
+                                     pretrained=pretrained, data_shape=data_shape,
+                                     classes=classes)
         self.data = None        # the data flags of the last train(), for val()
         self._unwritten = None  # the best .params the last train() did not write
         self._predictors = {}
-        _check_model(self.model, params)
+        _check_model(self.model, self.source.params)
+
+    @property
+    def model(self):
+        """The model's name or path (its :class:`~gluondet.deploy.sources.ModelSource`'s)."""
+        return self.source.model
 
     def __repr__(self):
         return 'Detector(%r)' % self.model
@@ -235,15 +241,15 @@ class Detector:
                                                                         'architecture')})
         elif data is not None:
             values.update(data_flags(data))
-        if self.classes is not None:
-            values.setdefault('classes', list(self.classes))
+        if self.source.classes is not None:
+            values.setdefault('classes', list(self.source.classes))
         values.update(flags)
         if epochs is not None:
             values['epochs'] = epochs
         values['save_prefix'] = save_prefix
-        if self.model.lower().endswith('.params') or self.params:
+        if self.model.lower().endswith('.params') or self.source.params:
             # start from these weights: a resumed .params begins at --start-epoch
-            values.setdefault('resume', self.params or self.model)
+            values.setdefault('resume', self.source.params or self.model)
             values.setdefault('start_epoch', 0)
         schema = Schema(module.build_parser())
         given = schema.normalize(values, 'Detector.train')
@@ -255,7 +261,8 @@ class Detector:
         self._unwritten = (None if result.best_path else
                            save_prefix + module.network_name(args) + '_best.params')
         if not self._unwritten:
-            self.model, self.params, self.pretrained = result.best_path, None, False
+            self.source = dataclasses.replace(self.source, model=result.best_path, params=None,
+                                              pretrained=False)
             self._predictors.clear()
         self.data = {k: v for k, v in given.items() if k in _DATA_KEYS}
         return dict(getattr(result, 'metrics', None) or {})
@@ -294,14 +301,12 @@ class Detector:
                       records=flags.get('val_rec'), class_mapping=flags.get('class_mapping'))
         if kwargs['split'] == 'val' and kwargs['dataset'] != 'demo':
             kwargs['split'] = None
-        return evaluate_model(self.model, backend=self.backend, params=self.params,
-                              pretrained=self.pretrained, data_shape=self.data_shape,
-                              classes=self.classes, batch_size=batch_size, progress=False,
+        return evaluate_model(self.source, batch_size=batch_size, progress=False,
                               **dict(kwargs, **options))
 
     def _check_weights(self, action):
         """ValueError saying what ``action`` needs if the model is a zoo name without weights."""
-        if (self.params is not None or self.pretrained or source_kind(self.model) != 'zoo'
+        if (self.source.params is not None or self.source.pretrained or self.source.kind != 'zoo'
                 or self.model.lower().endswith('.params')):
             return
         why = ('its train() wrote no %s (no validation scored a finite metric: see %s_train.log)'
@@ -319,9 +324,7 @@ class Detector:
         key = repr(nms)
         if key not in self._predictors:
             self._check_weights('predict')
-            self._predictors[key] = Predictor.from_model(
-                self.model, self.backend, self.params, self.pretrained, self.data_shape,
-                self.classes, nms=nms)
+            self._predictors[key] = Predictor.from_model(self.source, nms=nms)
         return self._predictors[key]
 
     def predict(self, source, conf=None, iou=None, max_det=None, agnostic_nms=False,
@@ -431,8 +434,10 @@ class Detector:
             stem = (os.path.splitext(self.model)[0] if self.model.lower().endswith('.params')
                     else self.model)
             output = export_path(stem, format)
-        export_model(self.model, output, format, params=self.params, pretrained=self.pretrained,
-                     classes=self.classes, data_shape=self.data_shape, verbose=False, **options)
+        source = self.source
+        export_model(self.model, output, format, params=source.params,
+                     pretrained=source.pretrained, classes=source.classes,
+                     data_shape=source.data_shape, verbose=False, **options)
         return output
 
 

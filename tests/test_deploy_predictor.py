@@ -22,6 +22,7 @@ from gluondet.deploy import compare_detections
 from gluondet.deploy.commands import export_model
 from gluondet.deploy.networks import load_network
 from gluondet.deploy.predictor import Predictor, list_images, rescale_boxes
+from gluondet.deploy.sources import ModelSource
 from gluondet.engine import TrainConfig, fit
 from gluondet.tasks import SSDTask
 from gluondet.data.preprocess import SSDValTransform, fixed_size
@@ -266,6 +267,14 @@ def test_model_sources_and_their_errors(trained_model, tmp_path):
     # a zoo name with a params file: the classes and steps come from the json beside it
     zoo = Predictor.from_model(NETWORK, params=params)
     assert zoo.classes == DemoDetection.CLASSES + BCCD_CLASSES
+    # the same source as one ModelSource; keywords left at their defaults keep its fields
+    source = ModelSource(NETWORK, params=params, data_shape=96)
+    assert ModelSource.of(source, backend=None) == source
+    assert ModelSource.of(source, data_shape=112).data_shape == 112
+    assert Predictor.from_model(source).data_shape == (96, 96)
+    assert Predictor.from_model(source, data_shape=112).data_shape == (112, 112)
+    with pytest.raises(TypeError, match='unknown model source keyword weights'):
+        Predictor.from_model(NETWORK, weights=params)
     with pytest.raises(ValueError, match=r'give its weights, --params FILE \(params=\) or '
                                          r'--pretrained'):
         Predictor.from_model(NETWORK)

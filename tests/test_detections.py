@@ -76,3 +76,27 @@ def test_pickled_and_copied_whole():
     for back in (pickle.loads(pickle.dumps(d)), copy.deepcopy(d), copy.copy(d)):
         assert back.fields == d.fields and back.track_ids.tolist() == [7, -1, 3]
         assert back.boxes.tolist() == d.boxes.tolist()
+    points = _three(keypoints=np.zeros((3, 2, 3)), point_fields=['keypoints'])
+    for back in (pickle.loads(pickle.dumps(points)), copy.deepcopy(points)):
+        assert back.point_fields == ('keypoints',)
+
+
+def test_point_fields_move_with_the_boxes_and_keep_what_follows_x_and_y():
+    keypoints = np.array([[[0, 0, 1], [9, 9, 2]], [[5, 5, 1], [20, 30, 0]],
+                          [[1, 2, 1], [3, 4, 1]]], np.float32)
+    d = _three(keypoints=keypoints, embedding=np.ones((3, 2)), point_fields=('keypoints',))
+    assert d.point_fields == ('keypoints',)
+    assert d[1:].point_fields == ('keypoints',) and d.sorted().point_fields == ('keypoints',)
+    assert Detections.concat([d, d[:1]]).point_fields == ('keypoints',)
+    assert d.replace(keypoints=None).point_fields == ()
+    # twice as large, 10 px right, in a 30 x 40 image: clipped to it, then mirrored
+    moved = d.mapped_points((2, 2), (10, 0), size=(30, 40), mirror=True)
+    assert moved.keypoints[1].tolist() == [[29 - 20, 10, 1], [29 - 29, 39, 0]]
+    assert moved.embedding.tolist() == d.embedding.tolist()
+    assert moved.boxes.tolist() == d.boxes.tolist()
+    assert _three().mapped_points((2, 2)).fields == _three().fields
+    with pytest.raises(ValueError, match='a point field .* not embedding, boxes, masks'):
+        _three(embedding=np.ones(3), point_fields=('embedding', 'boxes', 'masks'))
+    with pytest.raises(ValueError, match='fields differ'):
+        Detections.concat([d, Detections(d.ids, d.scores, d.boxes, keypoints=keypoints,
+                                         embedding=d.embedding)])

@@ -48,7 +48,7 @@ from .commands import export_model
 from .openvino import require_openvino
 from .postprocess import postprocess_from_metadata, postprocess_of
 from .predictor import Predictor
-from .sources import BACKEND_OF, BACKENDS, shape_pair, source_kind
+from .sources import BACKEND_OF, BACKENDS, ModelSource, shape_pair
 
 __all__ = ['FORMAT', 'benchmark', 'load', 'time_runs', 'statistics', 'parse_batch_sizes',
            'format_table', 'machine', 'versions']
@@ -108,15 +108,14 @@ class _Shapeless:
     batch_range = (1, None)
 
 
-def load(model, backend=None, params=None, pretrained=False, data_shape=None, classes=None,
-         threads=None, max_batch_size=8, workdir=None, nms=None):
+def load(source, threads=None, max_batch_size=8, workdir=None, nms=None):
     """The predictor to benchmark and what it runs.
 
     Parameters
     ----------
-    model, backend, params, pretrained, data_shape, classes
-        See :meth:`~gluondet.deploy.predictor.Predictor.from_model`; a zoo name without
-        weights gets random detecting weights.
+    source : ModelSource
+        See :class:`~gluondet.deploy.sources.ModelSource`; a zoo name without weights gets
+        random detecting weights.
     threads : int, optional
         ONNX Runtime's intra-op or OpenVINO's inference threads.
     max_batch_size : int
@@ -134,8 +133,8 @@ def load(model, backend=None, params=None, pretrained=False, data_shape=None, cl
         ``weights`` (``'random'``, ``'pretrained'``, a params path, or ``'exported'``) and
         ``exported`` (the format a Gluon network was exported to for this run, or None).
     """
-    kind = source_kind(os.fspath(model))
-    backend = backend or BACKEND_OF[kind]
+    model, kind, params = source.model, source.kind, source.params
+    backend = source.backend or BACKEND_OF[kind]
     if backend not in BACKENDS:
         raise ValueError('backend must be one of %s, got %r' % (', '.join(BACKENDS), backend))
     if kind == 'symbol' and backend != 'mxnet':
@@ -150,18 +149,21 @@ def load(model, backend=None, params=None, pretrained=False, data_shape=None, cl
     if backend == 'openvino':
         require_openvino()
     gluon = kind == 'zoo'           # a zoo name or a training output
-    if gluon and params is None and not pretrained and not model.lower().endswith('.params'):
+    if gluon and params is None and not source.pretrained \
+            and not model.lower().endswith('.params'):
         params, weights = os.path.join(workdir, 'random.params'), 'random'
-        _random_params(model, classes, data_shape, params)
+        _random_params(model, source.classes, source.data_shape, params)
+        source = ModelSource.of(source, params=params)
     else:
-        weights = ('pretrained' if pretrained else params or model) if gluon else 'exported'
+        weights = (('pretrained' if source.pretrained else params or model) if gluon
+                   else 'exported')
     if not gluon or backend == 'mxnet':
-        predictor = Predictor.from_model(model, backend, params, pretrained, data_shape,
-                                         classes, threads=threads, nms=nms)
+        predictor = Predictor.from_model(source, threads=threads, nms=nms)
         return predictor, {'weights': weights, 'exported': None}
     fmt = 'tensorrt' if backend == 'tensorrt' else 'onnx'
     output = os.path.join(workdir, 'model.onnx' if fmt == 'onnx' else 'model.engine')
-    export_model(model, output, fmt, params, pretrained, classes, data_shape,
+    export_model(model, output, fmt, params, source.pretrained, source.classes,
+                 source.data_shape,
                  batch_size=None if fmt == 'onnx' else max_batch_size, dynamic_batch=True,
                  verbose=False, with_nms=not (nms and nms.needs_candidates))
     predictor = Predictor.from_model(output, backend, threads=threads, nms=nms)
@@ -313,17 +315,18 @@ def format_table(record):
 
 # ---------------------------------------------------------------- the command
 
-def benchmark(model, backend=None, batch_sizes='1', params=None, pretrained=False,
-              data_shape=None, classes=None, threads=None, warmup=5, iters=None,
-              seconds=None, output=None, printed=True, nms=None):
+def benchmark(model, backend=None, batch_sizes='1', threads=None, warmup=5, iters=None,
+              seconds=None, output=None, printed=True, nms=None, **model_source):
     """Time a detector's forward (see the module docstring) at each batch size.
 
     Parameters
     ----------
-    model, backend, params, pretrained, data_shape, classes
-        See :meth:`~gluondet.deploy.predictor.Predictor.from_model`; a zoo name without
-        weights gets random detecting weights; a Gluon network with backend onnxruntime,
-        openvino or tensorrt is exported first (to a temporary folder).
+    model, backend, **model_source
+        A :class:`~gluondet.deploy.sources.ModelSource`, or its ``model`` and its other
+        fields by keyword (``backend``, ``params``, ``pretrained``, ``data_shape``,
+        ``classes``); a zoo name without weights gets random detecting weights; a Gluon
+        network with backend onnxruntime, openvino or tensorrt is exported first (to a
+        temporary folder).
     batch_sizes : str or sequence of int
         ``'1,8'`` or ``[1, 8]``.
     threads : int, optional
@@ -360,8 +363,8 @@ def benchmark(model, backend=None, batch_sizes='1', params=None, pretrained=Fals
     _check_counts(warmup, iters, seconds, threads)
     if iters is None and seconds is None:
         iters = DEFAULT_ITERS
-    model = os.fspath(model)
-    chosen = backend or BACKEND_OF[source_kind(model)]
+    source = ModelSource.of(model, backend=backend, **model_source)
+    chosen = source.backend or BACKEND_OF[source.kind]
     if chosen == 'tensorrt' and threads is not None:
         raise ValueError('threads are for the CPU backends (MXNet, ONNX Runtime, OpenVINO): '
                          'TensorRT runs on the GPU')
@@ -371,8 +374,7 @@ def benchmark(model, backend=None, batch_sizes='1', params=None, pretrained=Fals
                          'set OMP_NUM_THREADS=%d before starting Python (gluondet benchmark '
                          '--threads does)' % (threads_module.mxnet_threads(), threads, threads))
     with tempfile.TemporaryDirectory(prefix='gluondet-benchmark-') as workdir:
-        predictor, described = load(model, backend, params, pretrained, data_shape, classes,
-                                    threads, max(sizes), workdir, nms)
+        predictor, described = load(source, threads, max(sizes), workdir, nms)
         for size in sizes:
             predictor.batch_size(size)      # every size checked before any is timed
         runner = predictor.runner
@@ -391,7 +393,7 @@ def benchmark(model, backend=None, batch_sizes='1', params=None, pretrained=Fals
         used = threads or threads_module.physical_cores()
     else:
         used = None
-    record = dict(format=FORMAT, model=model, backend=predictor.backend, **described,
+    record = dict(format=FORMAT, model=source.model, backend=predictor.backend, **described,
                   input_shape=list(batch.shape[1:]), batch_sizes=sizes, threads=used,
                   warmup=warmup, iters=iters, seconds=seconds, timed=_timed(predictor),
                   results=results,

@@ -19,7 +19,7 @@ from .openvino import save_openvino
 from .postprocess import postprocess_from_metadata, postprocess_of
 from .infer import infer, write_json
 from .predictor import Predictor
-from .sources import metadata_path, model_metadata
+from .sources import ModelSource, metadata_path, model_metadata
 from .symbol import export_symbol
 from .tensorrt import build_engine
 from .views import wrap
@@ -301,10 +301,9 @@ def _deepstream(wanted, onnx_path, engine_path=None, precision=None, calibration
 # ---------------------------------------------------------------- evaluate
 
 def evaluate_model(model, dataset, dataset_root=None, split=None, annotation_file=None,
-                   image_root=None, backend=None, params=None, pretrained=False, data_shape=None,
-                   classes=None, batch_size=None, progress=True, records=None,
+                   image_root=None, batch_size=None, progress=True, records=None,
                    class_mapping=None, iou_thresh=0.5, ap='11point', plots=None,
-                   confusion_score=0.25, views=None, nms=None):
+                   confusion_score=0.25, views=None, nms=None, **model_source):
     """Evaluate a model on a dataset and print the results.
 
     Prints the VOC07 mAP (IoU 0.5, 11-point; or ``iou_thresh`` and ``ap``) with each
@@ -313,8 +312,10 @@ def evaluate_model(model, dataset, dataset_root=None, split=None, annotation_fil
 
     Parameters
     ----------
-    model, backend, params, pretrained, data_shape, classes
-        See :meth:`~gluondet.deploy.predictor.Predictor.from_model`.
+    model, **model_source
+        A :class:`~gluondet.deploy.sources.ModelSource`, or its ``model`` and its other
+        fields by keyword (``backend``, ``params``, ``pretrained``, ``data_shape``,
+        ``classes``).
     dataset, dataset_root, split, annotation_file, image_root, records
         See :func:`gluondet.data.resolve_dataset` (the validation split by default, images
         without boxes kept); the dataset is labelled with the model's classes: COCO
@@ -348,8 +349,8 @@ def evaluate_model(model, dataset, dataset_root=None, split=None, annotation_fil
     if plots:
         from ..plots import require_matplotlib
         require_matplotlib()    # before the evaluation, not after it
-    predictor = wrap(Predictor.from_model(model, backend, params, pretrained, data_shape,
-                                          classes, nms=nms), views, batch_size)
+    source = ModelSource.of(model, **model_source)
+    predictor = wrap(Predictor.from_model(source, nms=nms), views, batch_size)
     data = resolve_dataset(dataset, dataset_root, split, predictor.classes, annotation_file,
                            image_root, records=records, class_mapping=class_mapping)
     coco = COCODetectionMetric(data) if isinstance(data, COCODetection) else None
@@ -359,8 +360,8 @@ def evaluate_model(model, dataset, dataset_root=None, split=None, annotation_fil
     result = evaluate_voc(predictor, data, batch_size, progress,
                           metrics=[m for m in (coco, confusion) if m is not None], voc=voc)
     print('%s mAP (IoU %g) of %s (%s) on %d images: %.4f'
-          % ('VOC07' if ap == '11point' else 'VOC area', iou_thresh, model, predictor.backend,
-             len(data), result['mAP']))
+          % ('VOC07' if ap == '11point' else 'VOC area', iou_thresh, source.model,
+             predictor.backend, len(data), result['mAP']))
     width = max(len(name) for name in predictor.classes)
     for name in predictor.classes:
         print('  %-*s %.4f' % (width, name, result['AP/' + name]))

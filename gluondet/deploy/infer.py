@@ -283,17 +283,18 @@ def _check_outputs(frames, output, save_video):
 
 # ---------------------------------------------------------------- infer
 
-def infer(model, source=None, output=None, backend=None, params=None, pretrained=False,
-          data_shape=None, classes=None, batch_size=None, kitti_labels=None, visualize=None,
+def infer(model, source=None, output=None, batch_size=None, kitti_labels=None, visualize=None,
           threshold=0.3, progress=True, min_score=None, save_video=None, vid_stride=1,
-          track=False, reconnect=3, images=None, views=None, nms=None):
+          track=False, reconnect=3, images=None, views=None, nms=None, **model_source):
     """Detect objects in images, a video, a camera or a stream and write them (see the
     module docstring for the sources and formats).
 
     Parameters
     ----------
-    model, backend, params, pretrained, data_shape, classes
-        See :meth:`~gluondet.deploy.predictor.Predictor.from_model`.
+    model, **model_source
+        A :class:`~gluondet.deploy.sources.ModelSource`, or its ``model`` and its other
+        fields by keyword (``backend``, ``params``, ``pretrained``, ``data_shape``,
+        ``classes``).
     source : str or int
         See :func:`~gluondet.deploy.streams.open_source`.
     output : str, optional
@@ -342,8 +343,7 @@ def infer(model, source=None, output=None, backend=None, params=None, pretrained
     if (source is None) == (images is None):
         raise ValueError('give the source (or images), once')
     source = images if source is None else source
-    predictor = Predictor.from_model(model, backend, params, pretrained, data_shape, classes,
-                                     nms=nms)
+    predictor = Predictor.from_model(model, nms=nms, **model_source)
     stop = Stop()
     with open_source(source, vid_stride, reconnect, stopped=stop) as frames:
         output = _check_outputs(frames, output, save_video)

@@ -6,8 +6,8 @@ network does (``N x K x 1``, ``N x K x 1``, ``N x K x 4``, boxes in input pixels
 rows padded with -1), with an attribute ``batch_range = (smallest, largest)``
 batch it takes (``largest`` None: unbounded). A runner with ``output_fields`` (names)
 returns one more ``N x K x ...`` array for each: more per-detection fields (an
-embedding), which each image's :class:`Detections` carries by those names (they are not
-rescaled: a field in input pixels, as keypoints are, needs its own stage).
+embedding), which each image's :class:`Detections` carries by those names; those its
+``point_fields`` name (keypoints, in input pixels) are rescaled and clipped as the boxes.
 :class:`~gluondet.deploy.runners.MXNetRunner`,
 :class:`~gluondet.deploy.runners.ONNXRuntimeRunner`,
 :class:`~gluondet.deploy.tensorrt.TensorRTRunner` and
@@ -60,8 +60,8 @@ from .networks import load_network
 from .nms import NMSOptions, configure_network, export_plan
 from .openvino import OpenVINORunner
 from .runners import MXNetRunner, ONNXRuntimeRunner, _symbol_prefix, _symbol_runner
-from .sources import (BACKEND_OF, BACKENDS, SOURCES, agree, metadata_path,
-                      shape_pair, source_kind)
+from .sources import (BACKEND_OF, BACKENDS, SOURCES, ModelSource, agree, metadata_path,
+                      shape_pair)
 from .tensorrt import TensorRTRunner
 from .timings import Timings
 
@@ -191,9 +191,9 @@ class Predictor:
     ----------
     runner : callable
         ``runner(batch) -> (ids, scores, boxes, *fields)`` with a ``batch_range``
-        attribute, and ``output_fields`` naming the ``fields`` if any (see the module
-        docstring). An ``input_shape`` attribute ``(3, H,
-        W)`` of integers marks a fixed network input: a fixed-size model's
+        attribute, and ``output_fields`` naming the ``fields`` if any, ``point_fields``
+        those of them holding points (see the module docstring). An ``input_shape``
+        attribute ``(3, H, W)`` of integers marks a fixed network input: a fixed-size model's
         ``data_shape`` must be it; keep-ratio images are resized to fit it and padded to it.
     classes : sequence of str
         Class names; detection ``ids`` index them.
@@ -388,6 +388,7 @@ class Predictor:
                 self.backend, len(outputs), ''.join(', ' + name for name in names)))
         ids, scores, boxes = outputs[:3]
         fields = dict(zip(names, outputs[3:]))      # more per-detection rows
+        points = tuple(getattr(self.runner, 'point_fields', ()))
         ids = self._without_nonfinite(ids, scores, boxes)
         originals = np.stack([s[2] for s in samples])
         with np.errstate(over='ignore', invalid='ignore'):     # huge boxes: clipped below
@@ -400,9 +401,13 @@ class Predictor:
                 found = scores[i, keep, 0].astype(np.float32)
             else:       # in input pixels, as the network's NMS
                 keep, found = self.nms(ids[i, :, 0], scores[i, :, 0], boxes[i])
-            detections.append(Detections(ids[i, keep, 0].astype(np.int64), found,
-                                         scaled[i, keep],
-                                         **{name: rows[i, keep] for name, rows in fields.items()}))
+            image = Detections(ids[i, keep, 0].astype(np.int64), found, scaled[i, keep], points,
+                               **{name: rows[i, keep] for name, rows in fields.items()})
+            if points:      # input to original pixels, as rescale_boxes and clip_boxes
+                height, width = originals[i]
+                scale = np.float32(originals[i]) / np.float32(samples[i][0].shape[1:])
+                image = image.mapped_points(scale[::-1], size=(width, height))
+            detections.append(image)
         return detections
 
     def _without_nonfinite(self, ids, scores, boxes):
@@ -422,29 +427,17 @@ class Predictor:
         return ids
 
     @classmethod
-    def from_model(cls, model, backend=None, params=None, pretrained=False, data_shape=None,
-                   classes=None, ctx=None, threads=None, nms=None):
+    def from_model(cls, model, backend=None, ctx=None, threads=None, nms=None, **source):
         """A predictor for a model zoo name, a training output, or an exported model.
 
         Parameters
         ----------
-        model : str or HybridBlock
-            See the module docstring for the sources; a Gluon detector object
-            is run as it is (``data_shape`` then defaults to its ``base_size``).
-        backend : {'mxnet', 'onnxruntime', 'tensorrt', 'openvino'}, optional
-            Default: the one the source needs (Gluon networks and symbols run
-            in MXNet, ``.onnx`` in ONNX Runtime or OpenVINO, engines in TensorRT, IR
-            ``.xml`` in OpenVINO); another is an error.
-        params, pretrained
-            Weights for a zoo name (see :func:`~gluondet.deploy.networks.load_network`).
-        data_shape : int or (int, int), optional
-            Input ``(height, width)`` of a fixed-size model (SSD); needed where the
-            source does not record it. A Gluon network or symbol can run at another
-            size; an ONNX model or engine cannot. A keep-ratio model (Faster R-CNN,
-            RetinaNet) takes each image at its own size and refuses it, unless it equals
-            the fixed input of an ONNX model or engine exported at one size.
-        classes : sequence of str, optional
-            Needed where the source does not record them; else checked.
+        model : str, HybridBlock or ModelSource
+            See :class:`~gluondet.deploy.sources.ModelSource` (and the module docstring for
+            the sources).
+        backend, **source
+            The :class:`~gluondet.deploy.sources.ModelSource`'s other fields (``backend``,
+            ``params``, ``pretrained``, ``data_shape``, ``classes``), by keyword.
         ctx : Context, optional
             MXNet's device (default the CPU).
         threads : int, optional
@@ -459,11 +452,10 @@ class Predictor:
         -------
         Predictor
         """
-        if isinstance(model, gluon.Block):
-            kind, name = 'zoo', type(model).__name__
-        else:
-            model = os.fspath(model)
-            kind, name = source_kind(model), model
+        source = ModelSource.of(model, backend=backend, **source)
+        model, backend, params = source.model, source.backend, source.params
+        kind, shape, classes = source.kind, source.data_shape, source.classes
+        name = type(model).__name__ if isinstance(model, gluon.Block) else model
         needed = backend or BACKEND_OF[kind]
         if needed not in SOURCES[kind].backends:
             if backend not in BACKENDS:
@@ -476,8 +468,7 @@ class Predictor:
                              % (name, SOURCES[kind].name, ' or '.join(
                                  repr(b) for b in SOURCES[kind].backends), backend,
                                 hint.get(backend, '')))
-        classes = None if classes is None else tuple(classes)
-        shape = None if data_shape is None else shape_pair(data_shape)
+        shape = None if shape is None else shape_pair(shape)
         if isinstance(model, gluon.Block):
             classes = agree(getattr(model, 'classes', None), classes, 'classes', name)
             spec = _sized(preprocessing_of(model, shape), shape, name)
@@ -488,11 +479,11 @@ class Predictor:
                 raise FileNotFoundError('no model at %s: expected a .params, .onnx or engine '
                                         'file, or a symbol prefix (%s-symbol.json)'
                                         % (model, model))
-            net, info = load_network(model, params, pretrained, classes, shape, ctx)
+            net, info = load_network(model, params, source.pretrained, classes, shape, ctx)
             spec = _sized(info['preprocessing'], shape, model)
             return cls(MXNetRunner(net, ctx), info['classes'], spec, 'mxnet',
                        configure_network(net, nms))
-        if params is not None or pretrained:
+        if params is not None or source.pretrained:
             raise ValueError('params and pretrained go with a model zoo name, not with %s (%s)'
                              % (SOURCES[kind].name, model))
         if kind in ('onnx', 'openvino'):

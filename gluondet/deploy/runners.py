@@ -3,7 +3,8 @@
 A runner's ``output_fields`` names its outputs after the three (``()`` for the zoo's
 detectors): more per-detection fields, which the predictor carries into each image's
 :class:`~gluondet.detections.Detections`. A Gluon network declares them as its
-``output_fields`` attribute; an exported model's are its outputs beyond the three.
+``output_fields`` attribute, and those of them holding points in input pixels (keypoints)
+as its ``point_fields``; an exported model's are its outputs beyond the three (no points).
 
 :class:`MXNetRunner` runs a Gluon network or an imported MXNet symbol,
 :class:`ONNXRuntimeRunner` an exported ONNX model;
@@ -41,7 +42,8 @@ class MXNetRunner:
     ----------
     block : HybridBlock
         Takes ``data`` and returns ``(ids, scores, boxes)`` in inference mode, then one
-        more output for each name of its ``output_fields`` attribute, if it has one.
+        more output for each name of its ``output_fields`` attribute, if it has one
+        (``point_fields``: those of them holding points in input pixels).
     ctx : Context or list of Context, optional
         Where the batch goes (default: where the block's parameters are). With
         several (the training's contexts), each batch is split over them as
@@ -56,6 +58,7 @@ class MXNetRunner:
         self.ctx_list = list(ctx) if isinstance(ctx, (list, tuple)) else [ctx]
         self.ctx = self.ctx_list[0]
         self.output_fields = tuple(getattr(block, 'output_fields', ()))
+        self.point_fields = tuple(getattr(block, 'point_fields', ()))
 
     def __call__(self, batch):
         with autograd.predict_mode():

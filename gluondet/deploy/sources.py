@@ -8,22 +8,89 @@ export describes itself (:func:`model_metadata`): an ONNX model in its metadata 
 its ``rt_info``, converted from it), a symbol in ``{prefix}-meta.json``, an engine in the
 json of its stem (:func:`metadata_path`).
 """
+import dataclasses
 import json
 import numbers
 import os
+from typing import Any, Optional, Tuple
 
 from ..data.preprocess import preprocessing_of
 from ..model_formats import BACKENDS, SOURCES, source_kind
 from .postprocess import postprocess_of
 
-__all__ = ['BACKENDS', 'BACKEND_OF', 'ENGINE_EXTENSIONS', 'METADATA_FORMAT', 'NMS_SETTINGS',
-           'SOURCES', 'agree', 'decode_metadata', 'metadata_path',
+__all__ = ['BACKENDS', 'BACKEND_OF', 'ENGINE_EXTENSIONS', 'METADATA_FORMAT', 'ModelSource',
+           'NMS_SETTINGS', 'SOURCES', 'agree', 'decode_metadata', 'metadata_path',
            'model_metadata', 'shape_pair', 'source_kind']
 
 METADATA_FORMAT = 'gluondet-deploy'
 ENGINE_EXTENSIONS = SOURCES['tensorrt'].extensions
 NMS_SETTINGS = ('score_thresh', 'nms_thresh', 'nms_topk', 'post_nms', 'force_nms')
 BACKEND_OF = {kind: row.backends[0] for kind, row in SOURCES.items()}
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelSource:
+    """A detector to run and how to load it: what every inference entry point takes
+    (:meth:`Predictor.from_model <gluondet.deploy.predictor.Predictor.from_model>`,
+    ``infer``, ``evaluate_model``, ``benchmark``, :class:`gluondet.Detector` and the
+    commands' model flags). The entry points take one, or its fields as keywords.
+
+    Attributes
+    ----------
+    model : str or HybridBlock
+        A model zoo name, a training output ``PREFIX_best.params``, a symbol prefix, an
+        ``.onnx``, a TensorRT engine, an OpenVINO IR ``.xml``, or a Gluon detector object
+        (run as it is; ``data_shape`` then defaults to its ``base_size``).
+    backend : {'mxnet', 'onnxruntime', 'openvino', 'tensorrt'}, optional
+        Default: the one the source needs (Gluon networks and symbols run in MXNet,
+        ``.onnx`` in ONNX Runtime or OpenVINO, engines in TensorRT, IR ``.xml`` in
+        OpenVINO); another is an error.
+    params, pretrained
+        Weights for a zoo name (see :func:`~gluondet.deploy.networks.load_network`).
+    data_shape : int or (int, int), optional
+        Input ``(height, width)`` of a fixed-size model (SSD); needed where the source does
+        not record it. A Gluon network or symbol can run at another size; an ONNX model or
+        engine cannot. A keep-ratio model (Faster R-CNN, RetinaNet) takes each image at its
+        own size and refuses it, unless it equals the fixed input of an ONNX model or engine
+        exported at one size.
+    classes : sequence of str, optional
+        Needed where the source does not record them; else checked.
+    """
+    model: Any
+    backend: Optional[str] = None
+    params: Optional[str] = None
+    pretrained: Any = False
+    data_shape: Any = None
+    classes: Optional[Tuple[str, ...]] = None
+
+    def __post_init__(self):
+        if isinstance(self.model, (str, os.PathLike)):
+            object.__setattr__(self, 'model', os.fspath(self.model))
+        elif not hasattr(self.model, 'collect_params'):
+            raise TypeError('model must be a name, a path or a Gluon detector, got %r'
+                            % (self.model,))
+        if self.classes is not None:
+            object.__setattr__(self, 'classes', tuple(self.classes))
+
+    @classmethod
+    def of(cls, model, **fields):
+        """``model`` if it is a ModelSource (with the ``fields`` not left at their default
+        replaced), else the source of ``model`` and ``fields``; a keyword that is not a field
+        is a TypeError naming it."""
+        defaults = {f.name: f.default for f in dataclasses.fields(cls) if f.name != 'model'}
+        unknown = sorted(set(fields) - set(defaults))
+        if unknown:
+            raise TypeError('unknown model source keyword %s (the keywords are %s)'
+                            % (', '.join(unknown), ', '.join(defaults)))
+        if isinstance(model, cls):
+            return dataclasses.replace(model, **{key: value for key, value in fields.items()
+                                                 if value is not defaults[key]})
+        return cls(model, **fields)
+
+    @property
+    def kind(self):
+        """The source's kind (a key of :data:`SOURCES`; ``zoo`` for a Gluon object)."""
+        return source_kind(self.model) if isinstance(self.model, str) else 'zoo'
 
 
 def shape_pair(data_shape, what='data_shape'):

@@ -156,17 +156,19 @@ def _shrunk(width, height, scale):
     return max(1, int(round(width * scale))), max(1, int(round(height * scale)))
 
 
-def view_boxes(boxes, view):
-    """Boxes of ``view``'s image back in the window's pixels (clipped to it)."""
+def in_window(detections, view):
+    """The detections of ``view``'s image back in the window's pixels (clipped to it): its
+    boxes and point fields."""
     x0, y0, x1, y1 = view.window
     width, height = x1 - x0, y1 - y0
     small_w, small_h = _shrunk(width, height, view.scale)
-    boxes = boxes * np.array([width / small_w, height / small_h] * 2, np.float32)
-    boxes = clip_boxes(boxes[None], [[height, width]])[0]
+    scale = np.array([width / small_w, height / small_h], np.float32)
+    boxes = clip_boxes((detections.boxes * np.tile(scale, 2))[None], [[height, width]])[0]
     if view.flip:       # inclusive pixels: column x of the mirror is width - 1 - x
         boxes = np.stack([width - 1 - boxes[:, 2], boxes[:, 1], width - 1 - boxes[:, 0],
                           boxes[:, 3]], axis=1)
-    return boxes
+    return detections.replace(boxes=boxes).mapped_points(scale, size=(width, height),
+                                                         mirror=view.flip)
 
 
 def _cut(boxes, window, height, width):
@@ -213,7 +215,7 @@ def fuse_boxes(detections, iou=0.55):
     for cls in np.unique(pooled.ids):
         mine = np.flatnonzero((pooled.ids == cls) & (pooled.scores > 0))  # weight 0 fuses nothing
         sums = np.zeros((0, 4), np.float64)     # score-weighted coordinate sums
-        weights, counts, firsts = [], [], []
+        weights, counts, members = [], [], []
         for i in mine:
             box, score = pooled.boxes[i], pooled.scores[i]
             if weights:
@@ -223,17 +225,31 @@ def fuse_boxes(detections, iou=0.55):
                     sums[best] += score * box
                     weights[best] += score
                     counts[best] += 1
+                    members[best].append(i)
                     continue
             sums = np.vstack([sums, score * box])
             weights.append(float(score))
             counts.append(1)
-            firsts.append(i)
+            members.append([i])
         weights, counts = np.array(weights), np.array(counts)
-        # a cluster's other fields are its best box's
-        fused.append(pooled[np.array(firsts, np.int64)].replace(
+        # a cluster's other fields are its best box's; its points fuse as its boxes
+        fused.append(pooled[np.array([m[0] for m in members], np.int64)].replace(
             scores=weights / counts * np.minimum(counts, views) / views,
-            boxes=sums / weights[:, None]))
+            boxes=sums / weights[:, None], **_fused_points(pooled, members)))
     return Detections.concat(fused).sorted() if fused else pooled[:0]
+
+
+def _fused_points(pooled, members):
+    """Each cluster's point fields: ``x`` and ``y`` the score-weighted mean of its members'
+    (as its box's coordinates), what follows them its best member's."""
+    fused = {}
+    for name in pooled.point_fields:
+        values = pooled[name][[m[0] for m in members]].copy()
+        for k, m in enumerate(members):
+            w = pooled.scores[m].astype(np.float64)
+            values[k, ..., :2] = np.tensordot(w, pooled[name][m][..., :2], 1) / w.sum()
+        fused[name] = values
+    return fused
 
 
 def _merge_tiles(found, windows, height, width, iou):
@@ -243,7 +259,8 @@ def _merge_tiles(found, windows, height, width, iou):
     for w, (window, detections) in enumerate(zip(windows, found)):
         cut.append(_cut(detections.boxes, window, height, width))
         shifted.append(detections.replace(
-            boxes=detections.boxes + np.array(window[:2] * 2, np.float32)))
+            boxes=detections.boxes + np.array(window[:2] * 2, np.float32)).mapped_points(
+                offset=window[:2]))
         source.append(np.full(len(detections), w))
     pooled, cut, source = (Detections.concat(shifted), np.concatenate(cut),
                            np.concatenate(source))
@@ -398,7 +415,7 @@ class ViewPredictor:
                                                     empty_label()) for i, view in chunk]
             detected = self.predictor.detect_samples(samples)
             with self.timings('postprocess'):
-                found.extend(item.replace(boxes=view_boxes(item.boxes, view))
+                found.extend(in_window(item, view)
                              for (_, view), item in zip(chunk, detected))
         views = len(self._augments)
         per_window = [found[k:k + views] for k in range(0, len(found), views)]
