@@ -25,7 +25,6 @@ import os
 
 import numpy as np
 
-from .data.base import read_image
 from .deploy.predictor import Predictor
 from .deploy.sources import ModelSource
 from .inference_flags import NMS_OPTIONS, VIEW_DEFAULTS, nms_keywords
@@ -393,19 +392,13 @@ class Detector:
 
     @staticmethod
     def _listed(items, predictor, batch_size):
-        size = predictor.batch_size(batch_size)
-        for start in range(0, len(items), size):
-            chunk = items[start:start + size]
-            images = [read_image(item).asnumpy() if isinstance(item, (str, os.PathLike))
-                      else item for item in chunk]
-            for i, (item, image, found) in enumerate(zip(chunk, images, predictor.detect(
-                    images, size))):
-                yield Results(os.fspath(item) if isinstance(item, (str, os.PathLike))
-                              else None, start + i, image, found, predictor.classes)
+        for p in predictor.predict(items, batch_size):
+            yield Results(p.source, p.index, p.image, p.detections, predictor.classes)
 
     @staticmethod
     def _read(frames, predictor, views, batch_size, track):
-        from .deploy.infer import detect_frames, frame_setup
+        from .deploy.infer import frame_setup
+        from .deploy.loop import detect_frames
         with frames:
             predictor, size, tracker = frame_setup(predictor, frames, views, batch_size, track)
             for frame, found in detect_frames(predictor, frames, size, tracker=tracker):

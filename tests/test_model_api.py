@@ -78,6 +78,15 @@ def test_predict_files_globs_arrays_and_results(trained, kitti, tmp_path):
         d.predict(str(tmp_path / '*.jpg'))
     streamed = d.predict(folder, stream=True)
     assert not isinstance(streamed, list) and len(list(streamed)) == len(names)
+    # a list of files and arrays goes through the frame loop of a folder: an unreadable
+    # file is skipped with a warning, the others keep their places
+    broken = tmp_path / 'broken.jpg'
+    broken.write_bytes(b'not a jpeg')
+    mixed = d.predict([os.path.join(folder, names[0]), str(broken), array])
+    assert [(r.frame, r.source) for r in mixed] == [(0, os.path.join(folder, names[0])),
+                                                    (2, None)]
+    np.testing.assert_array_equal(mixed[0].boxes, results[0].boxes)
+    np.testing.assert_allclose(mixed[1].boxes, results[0].boxes, rtol=1e-6)
 
 
 def test_predict_a_video_with_tracking_nms_options_and_slicing(trained, kitti, tmp_path):

@@ -21,6 +21,7 @@ from ..data.base import IMAGE_EXTENSIONS, DatasetError, empty_label, read_image
 from ..data.preprocess import fixed_size, val_transform
 from ..files import atomic_write
 from ..optional import install_hint
+from .streams import image_paths
 
 __all__ = ['CalibrationBatches', 'make_calibrator', 'val_preprocess']
 
@@ -214,8 +215,7 @@ class CalibrationBatches:
             if not os.path.isdir(folder):
                 raise ValueError('images must be a list of image files or a folder; %r is not a '
                                  'folder' % folder)
-            paths = [os.path.join(folder, name) for name in sorted(os.listdir(folder))
-                     if name.lower().endswith(IMAGE_EXTENSIONS)]
+            paths = image_paths(folder)
             if not paths:
                 raise ValueError('no image files (%s) in %s'
                                  % (' '.join(IMAGE_EXTENSIONS), folder))

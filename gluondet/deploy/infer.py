@@ -55,7 +55,8 @@ from ..inference_flags import TRACK_SETTINGS
 from ..visualize import draw_boxes, save_image
 from .predictor import Predictor
 from .streams import open_source
-from .views import Abandoned, wrap
+from .loop import detect_frames
+from .views import wrap
 
 __all__ = ['infer', 'frame_setup', 'detect_frames', 'json_line',
            'Stop', 'stop_signals', 'VIDEO_FOURCC']
@@ -111,26 +112,6 @@ def stop_signals(stop):
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
-
-
-def _batches(frames, size, stop, timings):
-    """Lists of up to ``size`` frames, ending early (with the frames read) on a stop signal;
-    the time of reading them counts to ``timings``' ``read``."""
-    batch = []
-    frames = iter(frames)
-    while True:
-        with timings('read'):
-            frame = next(frames, None)
-        if frame is None:
-            break
-        batch.append(frame)
-        if len(batch) == size or stop.signum:
-            yield batch
-            batch = []
-            if stop.signum:
-                return
-    if batch:
-        yield batch
 
 
 # ---------------------------------------------------------------- outputs
@@ -394,44 +375,6 @@ def track_keywords(track):
         raise ValueError('track: no ByteTrack setting %s (settings: %s)'
                          % (', '.join(map(repr, unknown)), ', '.join(TRACK_SETTINGS)))
     return settings
-
-
-def detect_frames(predictor, frames, size, stop=None, tracker=None, min_score=None):
-    """The detections of a source's frames, run in batches of ``size``, in order.
-
-    Parameters
-    ----------
-    predictor : Predictor or ViewPredictor
-    frames : Source
-        Of :func:`~gluondet.deploy.streams.open_source`.
-    size : int
-        The batch.
-    stop : Stop, optional
-        A stop signal ends the reading after the frames read so far (those of a batch
-        whose views it abandoned, :class:`~gluondet.deploy.views.Abandoned`, are left out).
-    tracker : ByteTrack, optional
-        Gives each detection its ``track_ids`` field (before ``min_score``, which the
-        tracker's second association needs).
-    min_score : float, optional
-        Leave detections scoring under it out.
-
-    Yields
-    ------
-    (Frame, Detections)
-    """
-    timings = predictor.timings
-    for batch in _batches(frames, size, stop or Stop(), timings):
-        try:
-            found = predictor.detect([frame.image for frame in batch], size)
-        except Abandoned:
-            return
-        for frame, detections in zip(batch, found):
-            if tracker is not None:
-                with timings('track'):
-                    detections = tracker.track(detections)
-            if min_score is not None:
-                detections = detections.above(min_score)
-            yield frame, detections
 
 
 def _detect(predictor, frames, size, stop, tracker, min_score, outputs, progress):

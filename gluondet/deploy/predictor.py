@@ -50,16 +50,18 @@ import numpy as np
 from mxnet import gluon
 from tqdm import tqdm
 
-from ..data.base import DatasetError, empty_label, read_image
+from ..data.base import empty_label
 from ..detections import Detections
 from ..data.preprocess import (check_preprocessing, fixed_size, padded_shape,
                                preprocessing_from_metadata, preprocessing_of, val_transform)
 from ..metadata import read_json
-from .calibration import IMAGE_EXTENSIONS
+from ..data.base import IMAGE_EXTENSIONS
 from .networks import load_network
 from .nms import NMSOptions, configure_network, export_plan
 from .openvino import OpenVINORunner
 from .runners import MXNetRunner, ONNXRuntimeRunner, _symbol_prefix, _symbol_runner
+from .loop import detect_frames
+from .streams import ImageFiles, as_image, image_paths
 from .sources import (BACKEND_OF, BACKENDS, SOURCES, ModelSource, agree, metadata_path,
                       shape_pair)
 from .tensorrt import TensorRTRunner
@@ -155,21 +157,10 @@ def list_images(path):
         return [path]
     if not os.path.isdir(path):
         raise FileNotFoundError('no such image file or folder: %s' % path)
-    paths = [os.path.join(path, name) for name in sorted(os.listdir(path))
-             if name.lower().endswith(IMAGE_EXTENSIONS)
-             and os.path.isfile(os.path.join(path, name))]
+    paths = image_paths(path)
     if not paths:
         raise ValueError('no image files (%s) in %s' % (' '.join(IMAGE_EXTENSIONS), path))
     return paths
-
-
-def _as_image(image, where):
-    """An ``H x W x 3`` uint8 numpy image, or ValueError naming ``where``."""
-    array = image.asnumpy() if hasattr(image, 'asnumpy') else np.asarray(image)
-    if array.ndim != 3 or array.shape[2] != 3 or array.dtype != np.uint8 or 0 in array.shape:
-        raise ValueError('%s: expected an H x W x 3 uint8 RGB image, got %s %s'
-                         % (where, array.dtype, array.shape))
-    return array
 
 
 def _fixed_input(runner):
@@ -302,7 +293,7 @@ class Predictor:
             One per image, in original image pixels.
         """
         size = self.batch_size(batch_size)
-        images = [_as_image(image, 'image %d' % i) for i, image in enumerate(images)]
+        images = [as_image(image, 'image %d' % i) for i, image in enumerate(images)]
         detections = []
         for start in range(0, len(images), size):
             detections.extend(self._run(images[start:start + size]))
@@ -547,36 +538,18 @@ class Predictions:
         self.inputs = inputs
         self.batch_size = batch_size
         self.progress = progress
-        self.skipped = []
+        self._frames = ImageFiles(inputs, 'inputs')
+        self.skipped = self._frames.skipped     # filled while iterating
 
     def __len__(self):
         return len(self.inputs)
 
     def __iter__(self):
-        pending, done = [], 0
+        done = 0
         with tqdm(total=len(self.inputs), disable=not self.progress, unit='image',
                   desc='detect (%s)' % self.predictor.backend) as bar:
-            for index, item in enumerate(self.inputs):
-                source, image = self._read(index, item)
-                if image is not None:
-                    pending.append((index, source, image))
-                last = index == len(self.inputs) - 1
-                if pending and (len(pending) == self.batch_size or last):
-                    detections = self.predictor._run([image for _, _, image in pending])
-                    for (i, source, image), found in zip(pending, detections):
-                        yield Prediction(i, source, image, found)
-                    bar.update(index + 1 - done)
-                    pending, done = [], index + 1
+            for frame, found in detect_frames(self.predictor, self._frames, self.batch_size):
+                yield Prediction(frame.index, frame.name, frame.image, found)
+                bar.update(frame.index + 1 - done)
+                done = frame.index + 1
             bar.update(len(self.inputs) - done)
-
-    def _read(self, index, item):
-        """``(path or None, image)``: a decoded file (image None if unreadable) or an array."""
-        if not isinstance(item, (str, os.PathLike)):
-            return None, _as_image(item, 'input %d' % index)
-        path = os.fspath(item)
-        try:
-            return path, read_image(path).asnumpy()
-        except DatasetError as err:
-            self.skipped.append((path, err.problem))
-            logger.warning('image skipped: %s', err)
-            return path, None

@@ -32,10 +32,12 @@ import stat
 import time
 
 import cv2
+import numpy as np
 
 from ..data.base import IMAGE_EXTENSIONS, DatasetError, read_image
 
-__all__ = ['Frame', 'Source', 'ImageFiles', 'VideoSource', 'open_source', 'STREAM_SCHEMES']
+__all__ = ['Frame', 'Source', 'ImageFiles', 'VideoSource', 'open_source', 'STREAM_SCHEMES',
+           'as_image', 'image_paths']
 
 logger = logging.getLogger('gluondet.deploy')
 
@@ -51,7 +53,7 @@ Frame.__doc__ = """One image of a source.
 index : int, the frame's number in its video (its timestamp times the frame rate, so
     frames that could not be decoded keep their numbers), counted from 0 from the start of
     a camera or live stream, or the image file's position in the sorted list.
-name : str, the image file, or the video's or stream's name.
+name : str, the image file, or the video's or stream's name; None for an array given.
 time : float, the frame's timestamp in a video (seconds from its start), or seconds since
     the camera or live stream was opened; None for image files.
 image : ``H x W x 3`` uint8 RGB numpy array.
@@ -111,7 +113,9 @@ class Source:
 
 
 class ImageFiles(Source):
-    """Image files, read in order; one that cannot be read is skipped and counted."""
+    """Image files (or ``H x W x 3`` uint8 RGB arrays, in a list given from Python), read in
+    order; a file that cannot be read is skipped and counted, an array that is no image is
+    a ValueError naming its place."""
 
     def __init__(self, paths, name, stride=1):
         super().__init__('images', name, _stem(name), stride)
@@ -120,7 +124,11 @@ class ImageFiles(Source):
 
     def __iter__(self):
         for index in range(0, len(self.paths), self.stride):
-            path = self.paths[index]
+            item = self.paths[index]
+            if not isinstance(item, (str, os.PathLike)):
+                yield Frame(index, None, None, as_image(item, 'input %d' % index))
+                continue
+            path = os.fspath(item)
             try:
                 image = read_image(path).asnumpy()
             except DatasetError as err:
@@ -128,6 +136,21 @@ class ImageFiles(Source):
                 self._warn('unreadable image', 'image skipped: %s', err)
                 continue
             yield Frame(index, path, None, image)
+
+
+def as_image(image, where):
+    """An ``H x W x 3`` uint8 numpy image, or ValueError naming ``where``."""
+    array = image.asnumpy() if hasattr(image, 'asnumpy') else np.asarray(image)
+    if array.ndim != 3 or array.shape[2] != 3 or array.dtype != np.uint8 or 0 in array.shape:
+        raise ValueError('%s: expected an H x W x 3 uint8 RGB image, got %s %s'
+                         % (where, array.dtype, array.shape))
+    return array
+
+
+def image_paths(folder):
+    """The image files of ``folder`` (by extension, no subfolders), sorted by name."""
+    return sorted(p for p in (os.path.join(folder, name) for name in os.listdir(folder))
+                  if p.lower().endswith(IMAGE_EXTENSIONS) and os.path.isfile(p))
 
 
 class VideoSource(Source):
@@ -331,12 +354,9 @@ def open_source(source, stride=1, reconnect=3, retry_delay=1.0, stopped=None):
     if kind == 'image':
         return ImageFiles([source], source, stride)
     if kind in ('folder', 'glob'):
-        if kind == 'folder':
-            names = (os.path.join(source, name) for name in os.listdir(source))
-        else:
-            names = glob.glob(source)
-        paths = sorted(p for p in names if p.lower().endswith(IMAGE_EXTENSIONS)
-                       and os.path.isfile(p))
+        paths = image_paths(source) if kind == 'folder' else sorted(
+            p for p in glob.glob(source) if p.lower().endswith(IMAGE_EXTENSIONS)
+            and os.path.isfile(p))
         if not paths:
             error = ValueError if kind == 'folder' else FileNotFoundError
             raise error('no image files (%s) %s %s' % (' '.join(IMAGE_EXTENSIONS), 'in' if kind

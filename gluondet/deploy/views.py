@@ -44,7 +44,9 @@ from ..data import transforms as T
 from ..data.base import empty_label
 from ..inference_flags import VIEW_DEFAULTS
 from .nms import nms_keep
-from .predictor import Detections, Predictions, _as_image, clip_boxes
+from .predictor import Detections, Predictions, clip_boxes
+from .loop import Abandoned
+from .streams import as_image
 
 __all__ = ['Abandoned', 'MANY_VIEWS', 'Slicing', 'TTA', 'ViewOptions', 'ViewPredictor',
            'fuse_boxes', 'merge_nms', 'tile_windows', 'view_options', 'wrap']
@@ -277,10 +279,6 @@ def _merge_tiles(found, windows, height, width, iou):
 
 # ---------------------------------------------------------------- the predictor
 
-class Abandoned(Exception):
-    """The ``stopped`` callable of a :class:`ViewPredictor` turned true within a call."""
-
-
 class ViewPredictor:
     """A predictor run on views of each image (tiles, flips, scales), merged back.
 
@@ -360,7 +358,7 @@ class ViewPredictor:
         """Detections of decoded ``H x W x 3`` uint8 RGB images; see
         :meth:`Predictor.detect <gluondet.deploy.predictor.Predictor.detect>`."""
         self.batch_size(batch_size)
-        return self._run([_as_image(image, 'image %d' % i) for i, image in enumerate(images)])
+        return self._run([as_image(image, 'image %d' % i) for i, image in enumerate(images)])
 
     def detect_samples(self, samples):
         """Detections of ``(image, label, size)`` samples made by :attr:`transform`."""
