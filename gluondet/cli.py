@@ -253,7 +253,7 @@ def _evaluate(args):
     from .deploy import commands
     if args.experiment_spec:
         from .tools import spec_cli
-        return spec_cli.evaluate(args)
+        return spec_cli.evaluate(args, _model_source(args))
     if not (args.dataset or args.val_json or args.val_rec):
         raise UserError('give --dataset (or -e SPEC)')
     if args.key:

@@ -170,7 +170,7 @@ class Detections:
         for part in parts[1:]:
             if set(part.fields) != set(names) or set(part.point_fields) != set(points):
                 raise ValueError('Detections.concat: fields differ: %s and %s'
-                                 % (parts[0], part))
+                                 % (_described(parts[0]), _described(part)))
         return Detections(point_fields=points,
                           **{name: np.concatenate([p._fields[name] for p in parts])
                              for name in names})
@@ -228,6 +228,13 @@ def map_points(points, scale=(1.0, 1.0), offset=(0.0, 0.0), size=None, mirror=Fa
             xy[..., 0] = width - 1 - xy[..., 0]
     points[..., :2] = xy
     return points
+
+
+def _described(detections):
+    """Its field names, and which of them hold points."""
+    points = ' (points: %s)' % ', '.join(detections.point_fields) if detections.point_fields \
+        else ''
+    return ', '.join(detections.fields) + points
 
 
 def _rebuild(fields, point_fields=()):

@@ -97,6 +97,8 @@ def test_point_fields_move_with_the_boxes_and_keep_what_follows_x_and_y():
     assert _three().mapped_points((2, 2)).fields == _three().fields
     with pytest.raises(ValueError, match='a point field .* not embedding, boxes, masks'):
         _three(embedding=np.ones(3), point_fields=('embedding', 'boxes', 'masks'))
-    with pytest.raises(ValueError, match='fields differ'):
+    with pytest.raises(ValueError, match=r'fields differ: ids, scores, boxes, keypoints, '
+                                         r'embedding \(points: keypoints\) and ids, scores, '
+                                         r'boxes, keypoints, embedding$'):
         Detections.concat([d, Detections(d.ids, d.scores, d.boxes, keypoints=keypoints,
                                          embedding=d.embedding)])

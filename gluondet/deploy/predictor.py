@@ -50,12 +50,11 @@ import numpy as np
 from mxnet import gluon
 from tqdm import tqdm
 
-from ..data.base import empty_label
+from ..data.base import IMAGE_EXTENSIONS, empty_label
 from ..detections import Detections
 from ..data.preprocess import (check_preprocessing, fixed_size, padded_shape,
                                preprocessing_from_metadata, preprocessing_of, val_transform)
 from ..metadata import read_json
-from ..data.base import IMAGE_EXTENSIONS
 from .networks import load_network
 from .nms import NMSOptions, configure_network, export_plan
 from .openvino import OpenVINORunner

@@ -149,8 +149,12 @@ def as_image(image, where):
 
 def image_paths(folder):
     """The image files of ``folder`` (by extension, no subfolders), sorted by name."""
-    return sorted(p for p in (os.path.join(folder, name) for name in os.listdir(folder))
-                  if p.lower().endswith(IMAGE_EXTENSIONS) and os.path.isfile(p))
+    return _image_files(os.path.join(folder, name) for name in os.listdir(folder))
+
+
+def _image_files(paths):
+    """Those of ``paths`` that are image files (by extension), sorted."""
+    return sorted(p for p in paths if p.lower().endswith(IMAGE_EXTENSIONS) and os.path.isfile(p))
 
 
 class VideoSource(Source):
@@ -354,9 +358,7 @@ def open_source(source, stride=1, reconnect=3, retry_delay=1.0, stopped=None):
     if kind == 'image':
         return ImageFiles([source], source, stride)
     if kind in ('folder', 'glob'):
-        paths = image_paths(source) if kind == 'folder' else sorted(
-            p for p in glob.glob(source) if p.lower().endswith(IMAGE_EXTENSIONS)
-            and os.path.isfile(p))
+        paths = image_paths(source) if kind == 'folder' else _image_files(glob.glob(source))
         if not paths:
             error = ValueError if kind == 'folder' else FileNotFoundError
             raise error('no image files (%s) %s %s' % (' '.join(IMAGE_EXTENSIONS), 'in' if kind

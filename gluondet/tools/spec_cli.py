@@ -8,6 +8,7 @@ encrypted). Evaluation and inference take from the spec what TAO's do: the valid
 Gluon model, a training output ``.params``; an exported model keeps the NMS it was exported
 with).
 """
+import dataclasses
 import os
 import shutil
 import sys
@@ -110,8 +111,9 @@ def export_nms(path):
     return _spec_settings(path, 'export')[1].get('nms') or {}
 
 
-def evaluate(args):
-    """``gluondet evaluate -e SPEC -m MODEL``: the spec's validation data and settings."""
+def evaluate(args, source):
+    """``gluondet evaluate -e SPEC -m MODEL``: the spec's validation data and settings;
+    ``source`` is the ModelSource of the command's model flags."""
     from ..deploy import commands as infer
     from ..deploy.views import view_options
     if args.key:
@@ -131,9 +133,7 @@ def evaluate(args):
         if not isinstance(model, str):
             print('%s with the spec\'s nms_config: %s' % (args.model, settings['nms']))
         infer.evaluate_model(
-            model=model, backend=args.backend,
-            params=args.params, pretrained=args.pretrained, data_shape=args.data_shape,
-            classes=args.classes,
+            model=dataclasses.replace(source, model=model),
             batch_size=args.batch_size or settings.get('batch_size'),
             iou_thresh=getattr(args, 'iou_thresh', None) or settings.get('iou_thresh', 0.5),
             ap=getattr(args, 'ap', None) or settings.get('ap', '11point'),
