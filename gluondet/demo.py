@@ -29,9 +29,11 @@ PREVIEW_FILE = 'demo_predictions.jpg'
 PREVIEW_IMAGES = 8
 PREVIEW_THRESHOLD = 0.5
 
-Recipe = collections.namedtuple('Recipe', ['network', 'epochs', 'seed', 'make_task', 'settings'])
+Recipe = collections.namedtuple('Recipe', ['network', 'epochs', 'seed', 'make_task', 'settings',
+                                           'masks'], defaults=[False])
 Recipe.__doc__ = """A demo recipe: ``make_task(train, val, num_workers)`` builds the task of
-``network``; ``settings`` are the `TrainConfig` fields besides epochs, seed and paths."""
+``network``; ``settings`` are the `TrainConfig` fields besides epochs, seed and paths;
+``masks``: the demo data carries the shapes' masks (Mask R-CNN's)."""
 
 
 # What every recipe shares (a recipe's settings start from it).
@@ -79,8 +81,8 @@ def run_demo(output_dir='demo_out', detector='ssd', epochs=None, num_train=NUM_T
     recipe = recipe_of(detector)
     epochs = recipe.epochs if epochs is None else epochs
     os.makedirs(output_dir, exist_ok=True)
-    train = DemoDetection('train', num_train, seed=DATA_SEED, root=data_root)
-    val = DemoDetection('val', num_val, seed=DATA_SEED, root=data_root)
+    train = DemoDetection('train', num_train, seed=DATA_SEED, root=data_root, masks=recipe.masks)
+    val = DemoDetection('val', num_val, seed=DATA_SEED, root=data_root, masks=recipe.masks)
     task = recipe.make_task(train, val, num_workers)
     config = TrainConfig.from_dict(dict(
         recipe.settings, **settings, epochs=epochs, seed=recipe.seed if seed is None else seed,

@@ -12,14 +12,14 @@ ships are registered at the end of this file.
 
 >>> from gluondet import detectors
 >>> [d.name for d in detectors.all_detectors()]
-['ssd', 'faster_rcnn', 'retinanet', 'yolo3', 'center_net']
+['ssd', 'faster_rcnn', 'retinanet', 'yolo3', 'center_net', 'mask_rcnn']
 >>> detectors.get('frcnn').display
 'Faster R-CNN'
 """
 import dataclasses
 import difflib
 import importlib
-from typing import FrozenSet, Tuple
+from typing import FrozenSet, Tuple, Union
 
 __all__ = ['Family', 'FEATURES', 'register', 'get', 'all_detectors', 'names', 'of_network']
 
@@ -42,8 +42,8 @@ class Family:
         The name people write (``'Faster R-CNN'``).
     entry : str
         The module of its training command (``build_parser``, ``main``, ``DEMO``).
-    zoo_prefix : str
-        Its model zoo names start with this (``'faster_rcnn_'``).
+    zoo_prefix : str or tuple of str
+        Its model zoo names start with this (``'faster_rcnn_'``), or one of these.
     aliases : tuple of str
         Other spellings a spec may use (``'frcnn'``).
     features : frozenset of str
@@ -53,7 +53,7 @@ class Family:
     name: str
     display: str
     entry: str
-    zoo_prefix: str
+    zoo_prefix: Union[str, Tuple[str, ...]]
     aliases: Tuple[str, ...] = ()
     features: FrozenSet[str] = frozenset()
 
@@ -136,3 +136,6 @@ register(Family('yolo3', 'YOLOv3', 'gluondet.train.yolo3', 'yolo3_', aliases=('y
                   features={'amp', 'syncbn', 'mixup', 'prune'}))
 register(Family('center_net', 'CenterNet', 'gluondet.train.center_net', 'center_net_',
                   aliases=('centernet',), features={'amp', 'syncbn', 'prune'}))
+register(Family('mask_rcnn', 'Mask R-CNN', 'gluondet.train.mask_rcnn',
+                  ('mask_rcnn_', 'custom_mask_rcnn_'), aliases=('maskrcnn', 'mask-rcnn'),
+                  features={'amp', 'syncbn'}))

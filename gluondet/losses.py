@@ -5,7 +5,7 @@ from mxnet import gluon, nd
 from .collectives import process_share
 from .nn.yolo_target import YOLOV3DynamicTarget
 
-__all__ = ['SSDMultiBoxLoss', 'FocalLoss', 'RetinaNetLoss', 'RCNNLoss', 'YOLOV3Loss',
+__all__ = ['SSDMultiBoxLoss', 'FocalLoss', 'RetinaNetLoss', 'RCNNLoss', 'MaskLoss', 'YOLOV3Loss',
            'YOLOV3LossTerms', 'CenterNetLoss', 'heatmap_focal_loss', 'masked_l1_loss',
            'smooth_l1']
 
@@ -345,6 +345,28 @@ class RCNNLoss(gluon.Block):
             rcnn_l1 = smooth_l1(bpred - cbox_t, self._rcnn_rho) * cbox_m
             out['loss_box'].append(nd.broadcast_div(rcnn_l1.sum(axis=(1, 2)), rcnn_norm))
         return out
+
+
+class MaskLoss(gluon.Block):
+    """Mask R-CNN's mask loss as GluonCV's training computes it: sigmoid cross-entropy of each
+    positive region's mask logits (for its own class) against its target mask, summed and
+    divided by the positives' mask pixels over all images of all contexts (GluonCV: of its
+    device; equal on one).
+
+    Inputs (lists over contexts): ``mask_pred`` ``B x P x M x M`` logits, ``mask_target``
+    ``B x P x M x M`` in ``[0, 1]``, ``positive`` ``B x P`` (1 for a positive region).
+    Output ``{'loss_mask': [per-context B-vector]}``.
+    """
+
+    def forward(self, mask_pred, mask_target, positive):
+        pixels = mask_pred[0].shape[2] * mask_pred[0].shape[3]
+        total = _total([p.sum() * pixels for p in positive])
+        out = []
+        for pred, target, pos in zip(mask_pred, mask_target, positive):
+            bce = sigmoid_bce(nd, pred, target) * pos.reshape((0, 0, 1, 1))
+            out.append(nd.broadcast_div(bce.sum(axis=(1, 2, 3)),
+                                        total.as_in_context(pred.context)))
+        return {'loss_mask': out}
 
 
 YOLOV3_LOSS_NAMES = ('loss_obj', 'loss_center', 'loss_scale', 'loss_cls')

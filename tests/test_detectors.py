@@ -6,7 +6,8 @@ from gluondet import cli as gluondet_cli, demo, detectors
 
 
 def test_the_detectors_and_their_aliases():
-    assert detectors.names() == ['ssd', 'faster_rcnn', 'retinanet', 'yolo3', 'center_net']
+    assert detectors.names() == ['ssd', 'faster_rcnn', 'retinanet', 'yolo3', 'center_net',
+                                 'mask_rcnn']
     assert detectors.get('FRCNN').name == 'faster_rcnn' and detectors.get('ssd').display == 'SSD'
     assert detectors.of_network('retinanet_resnet18_v1b_custom').name == 'retinanet'
     assert detectors.of_network('yolo3_darknet53_voc').name == 'yolo3'
@@ -26,12 +27,13 @@ def test_a_name_or_alias_is_registered_once_and_unknown_ones_are_named():
     with pytest.raises(ValueError, match="name 'frcnn' is taken by faster_rcnn"):
         detectors.register(detectors.Family('frcnn2', 'F', 'x', 'f_', aliases=('frcnn',)))
     with pytest.raises(ValueError, match=r"unknown detector 'retinenet': one of ssd, "
-                                         r"faster_rcnn, retinanet, yolo3, center_net "
+                                         r"faster_rcnn, retinanet, yolo3, center_net, mask_rcnn "
                                          r"\(did you mean retinanet"):
         detectors.get('retinenet')
     with pytest.raises(ValueError, match='unknown features tensorrt'):
         detectors.Family('x', 'X', 'x', 'x_', features={'tensorrt'})
-    assert detectors.names() == ['ssd', 'faster_rcnn', 'retinanet', 'yolo3', 'center_net']
+    assert detectors.names() == ['ssd', 'faster_rcnn', 'retinanet', 'yolo3', 'center_net',
+                                 'mask_rcnn']
 
 
 def test_commands_read_the_table(capsys):

@@ -366,9 +366,14 @@ def test_zoo_names_and_gluoncv_defaults():
         'faster_rcnn_resnet50_v1b_custom', 'faster_rcnn_fpn_resnet50_v1b_custom',
         'faster_rcnn_resnet18_v1b_custom', 'faster_rcnn_fpn_resnet18_v1b_custom',
         'faster_rcnn_fpn_syncbn_resnet50_v1b_coco', 'faster_rcnn_fpn_syncbn_resnet50_v1b_custom',
-        'faster_rcnn_fpn_syncbn_resnet18_v1b_custom'])
+        'faster_rcnn_fpn_syncbn_resnet18_v1b_custom', 'faster_rcnn_resnet101_v1d_coco',
+        'faster_rcnn_resnet101_v1d_custom', 'faster_rcnn_fpn_resnet101_v1d_coco',
+        'faster_rcnn_fpn_resnet101_v1d_custom'])
     for name in GLUONCV_NAMES + ['faster_rcnn_resnet50_v1b_custom',
-                                 'faster_rcnn_fpn_syncbn_resnet50_v1b_coco']:
+                                 'faster_rcnn_fpn_syncbn_resnet50_v1b_coco',
+                                 'faster_rcnn_resnet101_v1d_coco',
+                                 'faster_rcnn_fpn_resnet101_v1d_coco',
+                                 'faster_rcnn_resnet101_v1d_custom']:
         kwargs = {'classes': ['a', 'b']} if name.endswith('custom') else {}
         ref = gluoncv.model_zoo.get_model(name, pretrained_base=False, **kwargs)
         net = get_model(name, pretrained_base=False, **kwargs)

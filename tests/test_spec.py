@@ -406,7 +406,7 @@ def test_a_namespace_of_values_is_what_their_command_line_parses_to(detector):
     ({'detector': 'retinanet', 'head_norm': 'layer'}, "head_norm: 'layer' is not one of"),
     ({'detector': 'faster_rcnn', 'lr': 0.1, '--lr': 0.2}, 'set the same flag (lr)'),
     ({'detector': 'retinanet_x'}, "detector 'retinanet_x': one of ssd, faster_rcnn, retinanet, "
-                                  "yolo3, center_net (did you mean retinanet"),
+                                  "yolo3, center_net, mask_rcnn (did you mean retinanet"),
     ({'network': 'x'}, 'name the detector'),
     ({'detector': 'ssd', 'no-wd': 'yes'}, 'no-wd is a switch'),
 ])

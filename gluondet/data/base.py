@@ -21,6 +21,8 @@ import mxnet as mx
 import numpy as np
 from mxnet import gluon
 
+from .instance_masks import InstanceMasks
+
 __all__ = ['DatasetError', 'DatasetReport', 'DetectionDataset', 'probe_image', 'read_image',
            'safe_join']
 
@@ -43,8 +45,10 @@ _TAIL_BYTES = 32
 # boxes are stored in the file's own pixel order.
 _DECODE_FLAGS = cv2.IMREAD_COLOR | cv2.IMREAD_IGNORE_ORIENTATION
 
-Record = namedtuple('Record', ['path', 'label', 'width', 'height'])
-Record.__doc__ = 'One dataset item: image file, N x 6 float32 label, image size in pixels.'
+Record = namedtuple('Record', ['path', 'label', 'width', 'height', 'masks'], defaults=(None,))
+Record.__doc__ = ('One dataset item: image file, N x 6 float32 label, image size in pixels and, '
+                  'in a dataset with masks, one segmentation per label row (what '
+                  'InstanceMasks takes).')
 
 
 class DatasetError(ValueError):
@@ -93,7 +97,8 @@ class DatasetReport:
         Boxes left out, by reason (``zero_area``, ``inverted``,
         ``outside_image``, ``unknown_class``, ``unknown_image`` (a COCO
         annotation of an image id not in ``images``), ``crowd``, ``dontcare``,
-        ``unmapped_class`` ...).
+        ``unmapped_class`` ...; in a dataset with masks, the boxes whose mask is
+        missing, malformed or empty: ``missing_mask``, ``bad_mask``, ``empty_mask``).
     clipped : int
         Boxes kept after clipping to the image.
     replaced : collections.Counter
@@ -285,13 +290,15 @@ def empty_label():
 
 
 class DetectionDataset(gluon.data.Dataset):
-    """Base of every detection dataset: items are ``(image, label)``.
+    """Base of every detection dataset: items are ``(image, label)``, or ``(image, label,
+    masks)`` in a dataset built with masks.
 
     ``image`` is an ``mx.nd.NDArray`` ``H x W x 3`` uint8 RGB; ``label`` a
     float32 numpy array ``N x 6``: ``xmin, ymin, xmax, ymax, class_id,
     difficult`` in pixels of that image (an image without boxes has a
-    ``0 x 6`` label). ``transform(fn, lazy=True)`` works as for any Gluon
-    dataset: ``fn(image, label)``.
+    ``0 x 6`` label); ``masks`` an :class:`~gluondet.data.instance_masks.InstanceMasks`
+    of ``N`` instances, one per label row. ``transform(fn, lazy=True)`` works as for any
+    Gluon dataset: ``fn(image, label)`` (``fn(image, label, masks)``).
 
     Parameters
     ----------
@@ -310,6 +317,9 @@ class DetectionDataset(gluon.data.Dataset):
         crowd, ``DontCare``, another class ...), counted as ``empty``: GluonCV's
         behaviour for COCO training data. By default they are kept with a ``0 x 6`` label,
         background images that every detector trains on as negatives.
+    masks : bool
+        Items carry the objects' masks (a subclass that reads them stores one segmentation
+        per label row in each :class:`Record`).
 
     Notes
     -----
@@ -319,13 +329,15 @@ class DetectionDataset(gluon.data.Dataset):
     :meth:`_finish` on the list of :class:`Record`.
     """
 
-    def __init__(self, classes, transform=None, on_error='skip', skip_empty=False):
+    def __init__(self, classes, transform=None, on_error='skip', skip_empty=False,
+                 masks=False):
         if on_error not in ON_ERROR:
             raise ValueError('on_error must be one of %s, got %r' % (ON_ERROR, on_error))
         self._set_classes(classes)
         self._transform = transform
         self._on_error = on_error
         self._skip_empty = bool(skip_empty)
+        self._with_masks = bool(masks)
         self._records = []
         self._unreadable = set()
         self._name = type(self).__name__
@@ -371,14 +383,19 @@ class DetectionDataset(gluon.data.Dataset):
         """``'skip'`` or ``'raise'``."""
         return self._on_error
 
+    @property
+    def with_masks(self):
+        """Whether items carry masks: ``(image, label, masks)``."""
+        return self._with_masks
+
     def __len__(self):
         return len(self._records)
 
     def __getitem__(self, idx):
-        image, label = self._load(idx)
+        item = self._load(idx)
         if self._transform is not None:
-            return self._transform(image, label)
-        return image, label
+            return self._transform(*item)
+        return item
 
     def image_path(self, idx):
         """Path of the image of item ``idx``."""
@@ -387,6 +404,13 @@ class DetectionDataset(gluon.data.Dataset):
     def label(self, idx):
         """Label of item ``idx`` (a copy, ``N x 6`` float32), without reading the image."""
         return self._records[idx].label.copy()
+
+    def masks(self, idx):
+        """Masks of item ``idx``, an :class:`InstanceMasks` aligned with :meth:`label`,
+        without reading the image (a dataset built with masks only)."""
+        if not self._with_masks:
+            raise ValueError('%s was built without masks (masks=True reads them)' % self._name)
+        return InstanceMasks(self._records[idx].masks)
 
     def image_size(self, idx):
         """``(width, height)`` of the image of item ``idx`` as stored on disk."""
@@ -502,7 +526,8 @@ class DetectionDataset(gluon.data.Dataset):
         return image
 
     def _load(self, idx):
-        """``(image, label)`` of item ``idx``, or in 'skip' mode of the next readable item."""
+        """``(image, label)`` (and masks) of item ``idx``, or in 'skip' mode of the next
+        readable item."""
         start = range(len(self._records))[idx]  # IndexError past the end ends iteration
         count = len(self._records)
         for step in range(count):
@@ -510,13 +535,17 @@ class DetectionDataset(gluon.data.Dataset):
             if current in self._unreadable:
                 continue
             try:
-                return self._read(current), self.label(current)
+                image = self._read(current)
             except DatasetError as error:
                 if self._on_error == 'raise':
                     raise
                 self._unreadable.add(current)
                 self.report.replace_item(error.reason or 'unreadable_image', str(error))
                 logger.warning('%s; using the next readable item instead', error)
+                continue
+            if self._with_masks:
+                return image, self.label(current), self.masks(current)
+            return image, self.label(current)
         raise DatasetError(self._name, 'images',
                            'no item could be read (%s)' % self.report.summary())
 

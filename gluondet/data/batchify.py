@@ -83,6 +83,45 @@ class PadImages:
         return mx.nd.array(out, dtype=out.dtype), mx.nd.array(sizes, dtype=np.float32)
 
 
+class PadMasks:
+    """Batch each image's ``N x H x W`` masks as ``B x N' x H' x W'``, padded with zeros.
+
+    As :class:`Pad` pads labels, images with fewer instances get empty (all-zero) masks up
+    to the most instances in the batch (at least ``min_length``); as :class:`PadImages`
+    pads images, masks are padded at the bottom and right to the largest height and width,
+    rounded up to a multiple of ``multiple``, so ``PadMasks(m)`` matches ``PadImages(m)``
+    and ``Pad(-1, n)`` matches ``PadMasks(min_length=n)``.
+
+    Parameters
+    ----------
+    multiple : int
+    min_length : int
+
+    Returns
+    -------
+    NDArray uint8 ``B x N' x H' x W'``
+    """
+
+    def __init__(self, multiple=1, min_length=1):
+        if int(multiple) != multiple or multiple < 1:
+            raise ValueError('PadMasks: multiple must be an integer >= 1, got %r' % (multiple,))
+        self.multiple = int(multiple)
+        self.min_length = min_length
+
+    def __call__(self, data):
+        arrays = [_numpy(x) for x in data]
+        if any(a.ndim != 3 for a in arrays):
+            raise ValueError('PadMasks: masks must be N x H x W, got shapes %s'
+                             % [a.shape for a in arrays])
+        count = max([self.min_length] + [a.shape[0] for a in arrays])
+        height, width = (-(-max(a.shape[axis] for a in arrays) // self.multiple) * self.multiple
+                         for axis in (1, 2))
+        out = np.zeros((len(arrays), count, height, width), np.uint8)
+        for i, a in enumerate(arrays):
+            out[i, :a.shape[0], :a.shape[1], :a.shape[2]] = a
+        return mx.nd.array(out, dtype=np.uint8)
+
+
 class Tuple:
     """Apply one batchify function per element of tuple samples.
 

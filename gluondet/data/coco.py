@@ -7,12 +7,14 @@ from numbers import Number
 
 import numpy as np
 
+from .. import masks as rle_codec
 from ..bbox import bbox_xywh_to_xyxy, bbox_xyxy_to_xywh
 from ..coco_ids import is_id, other_type, sort_key
 from ..optional import require
 from .base import DatasetError, DetectionDataset, Record, empty_label, safe_join
+from .instance_masks import polygons_empty
 
-__all__ = ['COCODetection', 'coco_to_xyxy', 'json_classes', 'xyxy_to_coco']
+__all__ = ['COCODetection', 'coco_to_xyxy', 'json_classes', 'read_segmentation', 'xyxy_to_coco']
 
 
 def coco_to_xyxy(bbox):
@@ -72,6 +74,80 @@ def _is_number(value):
         return False
 
 
+def _read_polygons(segmentation, bad):
+    parts = []
+    for i, part in enumerate(segmentation):
+        if not (isinstance(part, list) and all(_is_number(v) for v in part)):
+            raise bad('polygon %d is not a list of finite numbers' % i, 'bad_mask')
+        if len(part) % 2:
+            raise bad('polygon %d has an odd number (%d) of coordinates' % (i, len(part)),
+                      'bad_mask')
+        if len(part) >= 6:     # fewer than 3 points cover nothing (left out, as GluonCV)
+            parts.append(np.array(part, np.float64).reshape(-1, 2))
+    if not parts:
+        raise bad('no polygon of 3 points or more', 'bad_mask')
+    return tuple(parts)
+
+
+def _read_rle(segmentation, width, height, bad, source):
+    size = segmentation.get('size')
+    if size != [height, width]:
+        raise bad('RLE of size %r, but the image is [%d, %d] (height, width)'
+                  % (size, height, width), 'bad_mask')
+    try:
+        rle = rle_codec.to_rle(segmentation, height, width, source=source)
+    except ValueError as err:
+        raise bad('malformed RLE (%s)' % err, 'bad_mask') from None
+    if rle_codec.area(rle) <= 0:
+        raise bad('empty mask: the RLE covers no pixel (zero area)', 'empty_mask')
+    return rle
+
+
+def _parse_segmentation(segmentation, width, height, path, field):
+    """:func:`read_segmentation` but for the area of polygons."""
+    def bad(problem, reason):
+        return DatasetError(path, field, problem, reason)
+
+    if segmentation is None or segmentation == []:
+        raise bad('no segmentation (masks were asked for)', 'missing_mask')
+    if isinstance(segmentation, list):
+        return _read_polygons(segmentation, bad)
+    if not isinstance(segmentation, dict):
+        raise bad('expected polygons (a list) or an RLE (a dict), got %s'
+                  % type(segmentation).__name__, 'bad_mask')
+    return _read_rle(segmentation, width, height, bad, '%s: %s' % (path, field))
+
+
+def _empty_polygons_error(parts, width, height, path, field):
+    points = np.concatenate(parts)
+    if (points.max(axis=0) <= 0).any() or (points.min(axis=0) >= (width, height)).any():
+        problem = 'the polygons lie wholly outside the %dx%d image' % (width, height)
+    else:
+        problem = 'empty mask: the polygons cover no pixel (zero area)'
+    return DatasetError(path, field, problem, 'empty_mask')
+
+
+def read_segmentation(segmentation, width, height, path, field):
+    """Check a COCO segmentation of an image ``width x height`` and return it as stored.
+
+    Polygons (a list of flat ``[x1, y1, ...]`` lists) come back as a tuple of ``K x 2``
+    float64 arrays (polygons of fewer than 3 points are left out, as GluonCV leaves them
+    out); an RLE (compressed or not, crowd or not) as a compressed RLE dict. A
+    self-intersecting polygon is kept (it rasterizes as pycocotools rasterizes it).
+
+    Raises
+    ------
+    DatasetError
+        Naming ``path`` and ``field``, with the reason it is counted under:
+        ``missing_mask`` (no segmentation), ``bad_mask`` (malformed, or an RLE of another
+        size than the image), ``empty_mask`` (no pixel: zero area, or outside the image).
+    """
+    stored = _parse_segmentation(segmentation, width, height, path, field)
+    if isinstance(stored, tuple) and polygons_empty([stored], width, height)[0]:
+        raise _empty_polygons_error(stored, width, height, path, field)
+    return stored
+
+
 def _categories(path, data):
     """``[(json id, name)]`` of the json ``path`` holding ``data``, sorted by id."""
     categories = {}
@@ -119,6 +195,14 @@ class COCODetection(DetectionDataset):
     numbers, an ``image_id`` or ``category_id`` that is not an int or str) are
     :class:`DatasetError` naming the file and field, or counted and skipped.
 
+    With ``masks=True`` items are ``(image, label, masks)``, ``masks`` an
+    :class:`~gluondet.data.instance_masks.InstanceMasks` with one instance per label row
+    (GluonCV's ``COCOInstance`` gives polygons): polygons and RLE, crowd (with
+    ``use_crowd``) or not, checked by :func:`read_segmentation`. A box whose mask is
+    missing, malformed, of another size than the image or empty (no pixel: zero area, or
+    outside the image) is dropped with its mask (``missing_mask``, ``bad_mask``,
+    ``empty_mask``), or raises naming the annotation's id.
+
     Parameters
     ----------
     root : str, default '~/.mxnet/datasets/coco'
@@ -143,6 +227,8 @@ class COCODetection(DetectionDataset):
         categories are dropped as ``unknown_class`` (or raise).
     on_error : {'skip', 'raise'}
         See :class:`DetectionDataset`.
+    masks : bool, default False
+        Read each box's segmentation too.
 
     Attributes
     ----------
@@ -157,13 +243,13 @@ class COCODetection(DetectionDataset):
     def __init__(self, root=os.path.join('~', '.mxnet', 'datasets', 'coco'),
                  splits=('instances_val2017',), transform=None, min_object_area=0,
                  skip_empty=False, use_crowd=False, annotation_file=None, image_root=None,
-                 classes=None, on_error='skip'):
+                 classes=None, on_error='skip', masks=False):
         self.annotation_file, self._image_root = self._locate(root, splits, annotation_file,
                                                               image_root)
         data = _load_json(self.annotation_file)
         categories = _categories(self.annotation_file, data)
         super().__init__(classes or [name for _, name in categories], transform, on_error,
-                         skip_empty)
+                         skip_empty, masks)
         self._min_object_area = min_object_area
         self._use_crowd = use_crowd
         self.json_id_to_contiguous = {}
@@ -255,10 +341,10 @@ class COCODetection(DetectionDataset):
         size = self._image_size_or_skip(image_path, self.annotation_file, stated)
         if size is None:
             return None
-        label = self._label(annotations, size)
-        if label is None:
+        found = self._label(annotations, size)
+        if found is None:
             return None
-        return Record(image_path, label, *size)
+        return Record(image_path, found[0], *size, masks=found[1])
 
     def _stated_size(self, field, entry):
         width, height = entry.get('width'), entry.get('height')
@@ -270,8 +356,9 @@ class COCODetection(DetectionDataset):
         return int(width), int(height)
 
     def _label(self, annotations, size):
-        """N x 6 label of one image, or None if one of its annotations is malformed."""
-        rows = []
+        """``(N x 6 label, N masks or None)`` of one image, or None if one of its annotations
+        is malformed."""
+        rows, masks = [], []
         for index, ann in annotations:
             field = 'annotations[%d]' % index
             try:
@@ -285,8 +372,30 @@ class COCODetection(DetectionDataset):
             box = self._box(field, ann, bbox, size)
             if box is None:
                 continue
+            if self.with_masks:
+                where = '%s (id %r)/segmentation' % (field, ann.get('id'))
+                try:
+                    masks.append((where, _parse_segmentation(
+                        ann.get('segmentation'), size[0], size[1], self.annotation_file, where)))
+                except DatasetError as error:
+                    self._fail(error, box=True)
+                    continue
             rows.append(box + (self.json_id_to_contiguous[ann['category_id']], 0))
-        return np.array(rows, dtype=np.float32).reshape(-1, 6) if rows else empty_label()
+        if self.with_masks:
+            rows, masks = self._without_empty_polygons(rows, masks, size)
+        label = np.array(rows, dtype=np.float32).reshape(-1, 6) if rows else empty_label()
+        return label, (masks if self.with_masks else None)
+
+    def _without_empty_polygons(self, rows, masks, size):
+        """``rows`` and their masks (``(field, stored mask)``) but those of polygons that fill
+        no pixel (counted, or raised), tested together."""
+        polygons = [i for i, (_, mask) in enumerate(masks) if isinstance(mask, tuple)]
+        empty = polygons_empty([masks[i][1] for i in polygons], *size)
+        for i in np.array(polygons, int)[empty]:
+            self._fail(_empty_polygons_error(masks[i][1], *size, self.annotation_file,
+                                             masks[i][0]), box=True)
+        keep = np.setdiff1d(np.arange(len(rows)), np.array(polygons, int)[empty])
+        return [rows[i] for i in keep], [masks[i][1] for i in keep]
 
     def _box(self, field, ann, bbox, size):
         """The clipped corner box of a valid annotation, or None (counted, or raised).

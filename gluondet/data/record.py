@@ -25,10 +25,17 @@ What gluondet writes (:func:`encode_label`), within that layout:
   reader gives ``-1`` in every column (gluondet's padding rows); GluonCV's reader
   refuses a label without any row.
 
+* with masks (:class:`RecordWriter` ``add(..., masks=)``), the extras go on after the
+  pixel boxes with each object's mask as uncompressed COCO RLE
+  (:func:`~gluondet.data.instance_masks.pack_runs`): N run counts ``L_i``, then the
+  ``L_i`` run lengths of each object (column-major, starting with a run of zeros, adding
+  up to ``width * height``; a run longer than 2**24, past which float32 integers are not
+  exact, is split by runs of length 0). ``A = 4 + 5 N + sum L_i``.
+
 :class:`RecordDetection` reads those and any file in the layout: the pixel boxes of the
 header when they agree with the rows, else the rows times the image size (from the
 extras when ``A >= 4``, GluonCV's tutorial convention, else from the image itself);
-rows with a negative class id are padding and left out.
+rows with a negative class id are padding and left out; with ``masks=True``, the masks.
 
 The record files are read with plain file reads at the offsets of the ``.idx`` (MXNet's
 framing: a magic number, a length word with a continuation flag, the data padded to 4
@@ -49,12 +56,14 @@ import cv2
 import mxnet as mx
 import numpy as np
 
+from .. import masks as rle_codec
 from ..files import naming, remove_if_exists, short_write_error
 from .base import (_DECODE_FLAGS, _TAIL_BYTES, DatasetError, DetectionDataset, Record,
                    _check_tail, _format_of, empty_label)
+from .instance_masks import pack_runs, unpack_runs
 
-__all__ = ['RecordDetection', 'RecordWriter', 'class_file_of', 'encode_label', 'read_index',
-           'record_files']
+__all__ = ['RecordDetection', 'RecordWriter', 'class_file_of', 'decode_masks', 'encode_label',
+           'read_index', 'record_files']
 
 logger = logging.getLogger('gluondet.data')
 
@@ -73,7 +82,18 @@ _SUFFIX = re.compile(r'(-fold-\d+-of-\d+)?(-shard-\d+-of-\d+)?$')
 
 # ---------------------------------------------------------------- the label layout
 
-def encode_label(label, width, height):
+def _mask_section(masks, keep, width, height):
+    """The header extras of the masks of the rows ``keep`` (see the module docstring)."""
+    if hasattr(masks, 'bitmaps'):
+        masks = masks.bitmaps(height, width)
+    masks = np.asarray(masks)
+    if masks.shape != (len(keep), height, width):
+        raise ValueError('masks must be N x height x width = %d x %d x %d, got shape %s'
+                         % (len(keep), height, width, masks.shape))
+    return pack_runs(masks[keep])
+
+
+def encode_label(label, width, height, masks=None):
     """The float32 label vector of one image (see the module docstring).
 
     Parameters
@@ -83,6 +103,8 @@ def encode_label(label, width, height):
         negative class id are padding and not written.
     width, height : int
         The image size.
+    masks : InstanceMasks or array_like ``N x height x width``, optional
+        One mask per label row (those of padding rows are not written).
 
     Returns
     -------
@@ -90,7 +112,9 @@ def encode_label(label, width, height):
         1-D float32.
     """
     label = np.asarray(label, np.float32).reshape(-1, 6)
-    objects = label[label[:, 4] >= 0]
+    keep = label[:, 4] >= 0
+    objects = label[keep]
+    section = np.zeros(0) if masks is None else _mask_section(masks, keep, width, height)
     scale = np.array([width, height, width, height], np.float64)
     if len(objects):
         rows = np.empty((len(objects), LABEL_WIDTH), np.float64)
@@ -99,8 +123,8 @@ def encode_label(label, width, height):
         rows[:, 5] = objects[:, 5]
     else:
         rows = np.concatenate([[-1.], -1. / scale, [-1.]])[None]
-    header = [BASE_HEADER + 4 * len(objects), LABEL_WIDTH, width, height]
-    return np.concatenate([np.asarray(header, np.float64), objects[:, :4].ravel(),
+    header = [BASE_HEADER + 4 * len(objects) + len(section), LABEL_WIDTH, width, height]
+    return np.concatenate([np.asarray(header, np.float64), objects[:, :4].ravel(), section,
                            rows.ravel()]).astype(np.float32)
 
 
@@ -136,13 +160,30 @@ def decode_label(values, where):
     size = pixels = None
     if header >= BASE_HEADER and all(_integer(v) and 0 < v <= _MAX_SIDE for v in values[2:4]):
         size = (int(values[2]), int(values[3]))
-        if header == BASE_HEADER + 4 * len(rows) and len(rows):
-            pixels = values[BASE_HEADER:header].reshape(-1, 4).astype(np.float64)
+        end = BASE_HEADER + 4 * len(rows)
+        if header >= end and len(rows):
+            pixels = values[BASE_HEADER:end].reshape(-1, 4).astype(np.float64)
             scale = np.array(size * 2, np.float64)
             with np.errstate(invalid='ignore'):
                 if not np.all(np.abs(pixels - rows[:, 1:5] * scale) <= _PIXEL_TOLERANCE):
                     pixels = None       # other extras than gluondet's: use the rows
     return rows, size, pixels
+
+
+def decode_masks(values, where):
+    """The mask of each object row of a label vector in gluondet's layout with masks, as
+    uncompressed COCO RLE counts (int64 arrays); None if the vector has no masks (call it
+    when :func:`decode_label` found gluondet's pixel boxes). DatasetError if the mask
+    extras are malformed."""
+    values = np.asarray(values, np.float32).ravel()
+    header, count = int(values[0]), (values.size - int(values[0])) // int(values[1])
+    section = values[BASE_HEADER + 4 * count:header]
+    if not section.size:
+        return None
+    try:
+        return unpack_runs(section, count)
+    except ValueError as err:
+        raise DatasetError(where, 'label', 'mask extras: %s' % err, 'bad_mask') from None
 
 
 # ---------------------------------------------------------------- files
@@ -348,13 +389,18 @@ class RecordDetection(DetectionDataset):
     skip_empty : bool
         Leave out the images without a box (see :class:`~gluondet.data.DetectionDataset`);
         by default they are kept, background images.
+    masks : bool
+        Items are ``(image, label, masks)`` with the masks the records carry; a box without
+        one, or with one of another size than the image or without a pixel, is dropped
+        (``missing_mask``, ``bad_mask``, ``empty_mask``) or raises.
 
     Notes
     -----
     ``image_path(i)`` is ``FILE.rec#KEY``, a name for messages, not a file.
     """
 
-    def __init__(self, path, classes=None, transform=None, on_error='skip', skip_empty=False):
+    def __init__(self, path, classes=None, transform=None, on_error='skip', skip_empty=False,
+                 masks=False):
         files = record_files(path)
         stored = self._stored_classes(files)
         if classes is None and stored is None:
@@ -362,7 +408,7 @@ class RecordDetection(DetectionDataset):
                                'or put the class json of gluondet convert beside the records '
                                '(PREFIX.json, or %s)' % os.path.basename(
                                    os.path.splitext(files[0])[0] + '.json'), 'bad_layout')
-        super().__init__(classes or stored, transform, on_error, skip_empty)
+        super().__init__(classes or stored, transform, on_error, skip_empty, masks)
         self._files = files
         self._id_map = (None if stored is None else
                         np.array([-1 if self.class_id(n) is None else self.class_id(n)
@@ -439,11 +485,13 @@ class RecordDetection(DetectionDataset):
             if size is None:
                 image = unpack_record(read_record(fd, offset, where), where)[1]
                 size = _probe_bytes(image, where)
+            counts = (decode_masks(values, where) if self.with_masks and pixels is not None
+                      else None)
         except DatasetError as error:
             self._fail(error)
             return None
         width, height = size
-        kept = []
+        kept, masks = [], []
         for number, row in enumerate(rows):
             field = 'object[%d]' % number
             if row[0] < 0:
@@ -462,10 +510,33 @@ class RecordDetection(DetectionDataset):
                 box = (row[1:5] * np.array([width, height, width, height], np.float64))
                 box = box.astype(np.float32).astype(np.float64)
             box = self._clean_box(tuple(float(v) for v in box), width, height, where, field)
-            if box is not None:
-                kept.append(box + (class_id, row[5] if len(row) > 5 else 0.))
+            if box is None:
+                continue
+            if self.with_masks:
+                mask = self._mask(counts, number, size, where, field)
+                if mask is None:
+                    continue
+                masks.append(mask)
+            kept.append(box + (class_id, row[5] if len(row) > 5 else 0.))
         label = np.array(kept, dtype=np.float32).reshape(-1, 6) if kept else empty_label()
-        return Record(where, label, width, height)
+        return Record(where, label, width, height, masks if self.with_masks else None)
+
+    def _mask(self, counts, number, size, where, field):
+        """The compressed RLE of object ``number``'s mask, or None (counted, or raised)."""
+        width, height = size
+        runs = None if counts is None else counts[number]
+        if runs is None:
+            problem, reason = 'no mask in the record', 'missing_mask'
+        elif runs.sum() != width * height:
+            problem, reason = ('mask runs add up to %d pixels, not the %dx%d image\'s %d'
+                               % (runs.sum(), width, height, width * height), 'bad_mask')
+        elif not runs[1::2].any():
+            problem, reason = 'empty mask (no pixel)', 'empty_mask'
+        else:
+            return rle_codec.to_rle({'size': [height, width], 'counts': runs.tolist()}, height,
+                                    width, source='%s: %s' % (where, field))
+        self._fail(DatasetError(where, field + '/mask', problem, reason), box=True)
+        return None
 
     def _class_of(self, where, field, stored_id):
         """The class id of a stored id, or None (counted, or raised)."""
@@ -532,10 +603,12 @@ class RecordWriter:
             raise
         self.count = 0
 
-    def add(self, image_bytes, label, width, height):
+    def add(self, image_bytes, label, width, height, masks=None):
         """Append one image (encoded bytes, stored as they are) with its ``N x 6`` label
-        in pixels."""
-        header = mx.recordio.IRHeader(0, encode_label(label, width, height), self.count, 0)
+        in pixels and, optionally, one mask per label row (``InstanceMasks`` or ``N x height
+        x width``)."""
+        header = mx.recordio.IRHeader(0, encode_label(label, width, height, masks), self.count,
+                                      0)
         record = mx.recordio.pack(header, bytes(image_bytes))
         try:
             self._writer.write_idx(self.count, record)

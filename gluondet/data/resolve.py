@@ -26,8 +26,9 @@ from .kitti import KITTIDetection
 from .record import RecordDetection
 from .voc import FOUND_CLASSES_LAYOUTS, VOCDetection, detect_layout, layout_error
 
-__all__ = ['DATASETS', 'DEFAULT_ROOT', 'DEFAULT_SPLITS', 'check_boxes', 'check_classes_found',
-           'finds_classes', 'resolve_dataset', 'datasets_from_flags', 'split_names']
+__all__ = ['DATASETS', 'DEFAULT_ROOT', 'DEFAULT_SPLITS', 'MASK_DATASETS', 'check_boxes',
+           'check_classes_found', 'finds_classes', 'resolve_dataset', 'datasets_from_flags',
+           'split_names']
 
 DEFAULT_ROOT = os.path.join('~', '.mxnet', 'datasets')
 # The split used when none is named: (training, validation or evaluation), as GluonCV's
@@ -39,6 +40,8 @@ DEFAULT_SPLITS = {
     'coco': ('instances_train2017', 'instances_val2017'),
     'kitti': ('training', 'val'),       # subfolders; the root itself if it holds label_2
 }
+#: The datasets whose items can carry instance masks.
+MASK_DATASETS = ('coco', 'demo', 'rec')
 # Where under a root each dataset may be (GluonCV's folder names first).
 _NAMES_SHOWN = 20     # the annotations' class names in a message, at most
 _SUBFOLDERS = {'voc': ('voc', 'VOCdevkit', os.path.join('voc', 'VOCdevkit')),
@@ -59,7 +62,7 @@ def split_names(split):
 def resolve_dataset(dataset, root=None, split=None, classes=None, annotation_file=None,
                     image_root=None, train=False, on_error='skip', class_mapping=None,
                     records=None, allow_missing_classes=False, skip_empty=False,
-                    background_images=False):
+                    background_images=False, masks=False):
     """The dataset that a name, a root and a split say.
 
     Parameters
@@ -107,6 +110,9 @@ def resolve_dataset(dataset, root=None, split=None, classes=None, annotation_fil
         see :class:`~gluondet.data.RecordDetection`. No root or split.
     allow_missing_classes : bool
         For training: accept ``classes`` without a box in the data (``--allow-missing-classes``).
+    masks : bool
+        Items carry their instance masks (``(image, label, masks)``, Mask R-CNN's training):
+        coco, demo and rec data only.
 
     Raises
     ------
@@ -117,9 +123,14 @@ def resolve_dataset(dataset, root=None, split=None, classes=None, annotation_fil
     ValueError
         For an unknown dataset name or flags that do not go together.
     """
+    common = dict(on_error=on_error, skip_empty=skip_empty)
+    if masks:
+        if str(dataset).strip().lower() not in MASK_DATASETS:
+            raise ValueError('the %s dataset has no instance masks: use %s data (a COCO json '
+                             'with segmentations)' % (dataset, ', '.join(MASK_DATASETS)))
+        common['masks'] = True
     data = _resolve(dataset, root, split, classes, annotation_file, image_root, train,
-                    class_mapping, records, background_images,
-                    dict(on_error=on_error, skip_empty=skip_empty))
+                    class_mapping, records, background_images, common)
     if train and classes and not allow_missing_classes:
         check_classes_found(data)
     if train:
@@ -246,7 +257,8 @@ def _resolve(dataset, root, split, classes, annotation_file, image_root, train, 
     if name == 'demo':
         if names:
             raise ValueError('the demo dataset has its own train and val splits: no split')
-        return DemoDetection(split=('train', 'val')[role], seed=0, on_error=common['on_error'])
+        return DemoDetection(split=('train', 'val')[role], seed=0, on_error=common['on_error'],
+                             masks=common.get('masks', False))
     root = os.path.expanduser(root or DEFAULT_ROOT)
     if not os.path.isdir(root):
         raise DatasetError(root, 'dataset root', 'no such folder', 'bad_layout')
@@ -332,11 +344,12 @@ def _kitti(root, split, role):
                           'beside training/)'), 'bad_layout')
 
 
-def datasets_from_flags(args, roles=('train', 'val')):
+def datasets_from_flags(args, roles=('train', 'val'), masks=False):
     """A dataset per role of ``roles``, from the parsed flags of
     `gluondet.dataset_flags.add_dataset_args` (`dataset_kwargs`), with the classes of
     ``--classes``, else the first dataset's own (the training data's), which the others take.
-    Training data with a json or rec flag needs its validation data named the same way."""
+    Training data with a json or rec flag needs its validation data named the same way.
+    ``masks``: the items carry their masks (`resolve_dataset`)."""
     if len(roles) == 2:
         for flag in ('json', 'rec'):
             given = [bool(getattr(args, '%s_%s' % (role, flag))) for role in roles]
@@ -350,6 +363,6 @@ def datasets_from_flags(args, roles=('train', 'val')):
             allow_missing_classes=getattr(args, 'allow_missing_classes', False),
             skip_empty=role == 'train' and getattr(args, 'skip_empty', False),
             background_images=getattr(args, 'background_images', False),
-            **dataset_kwargs(args, role)))
+            masks=masks, **dataset_kwargs(args, role)))
         classes = datasets[0].classes
     return tuple(datasets)

@@ -13,6 +13,13 @@ Random transforms take ``rng``: a ``numpy.random.RandomState`` or
 ``numpy.random.Generator``, or None for the global ``numpy.random``, so a
 seeded run repeats exactly. They return what they drew (flip flag, expand or
 crop window) as GluonCV's functions do.
+
+The transforms that move boxes (:func:`resize`, :func:`resize_short_within`,
+:func:`random_flip`, :func:`random_expand`, :func:`bbox_crop`,
+:func:`random_crop_with_constraints`, :func:`fixed_size_augment`) also take
+``masks``, an :class:`~gluondet.data.instance_masks.InstanceMasks` with one instance
+per label row: given, it comes back moved alike (rows dropped with their boxes) as the
+last returned value, and the random draws are the same as without it.
 """
 import cv2
 import numpy as np
@@ -75,6 +82,18 @@ def _label(label):
 
 def _rng(rng):
     return np.random if rng is None else rng
+
+
+def _check_masks(label, masks):
+    """Raise ValueError unless ``masks`` (if given) has one instance per label row."""
+    if masks is not None and label is not None and len(masks) != len(label):
+        raise ValueError('masks must have one instance per label row: %d masks, %d rows'
+                         % (len(masks), len(label)))
+
+
+def _and_masks(result, masks):
+    """``result`` with ``masks`` appended, when masks were given."""
+    return result if masks is None else result + (masks,)
 
 
 def _randint(rng, high):
@@ -175,7 +194,7 @@ def _apply_crop(label, window, keep):
     return label
 
 
-def bbox_crop(label, crop_box, allow_outside_center=True):
+def bbox_crop(label, crop_box, allow_outside_center=True, masks=None):
     """Boxes seen through a crop window, as GluonCV's ``bbox.crop``.
 
     Boxes are clipped to the window and shifted to its origin; boxes left
@@ -189,21 +208,29 @@ def bbox_crop(label, crop_box, allow_outside_center=True):
     crop_box : tuple
         ``(x, y, width, height)`` of the window in pixels.
     allow_outside_center : bool, default True
+    masks : InstanceMasks, optional
+        Needs ``label``.
 
     Returns
     -------
-    numpy.ndarray, M x 4+ float32 with M <= N
+    label : numpy.ndarray, M x 4+ float32 with M <= N
+    masks : InstanceMasks, if given: the M kept instances, cropped alike
     """
     label = _label(label)
+    _check_masks(label, masks)
     if label is None:
+        if masks is not None:
+            raise ValueError('bbox_crop: masks need the label (which rows the crop keeps)')
         return None
     x, y, w, h = crop_box
     window = np.array([x, y, x + w, y + h], np.float32)
     keep = _crop_keep(label[:, :4], window[None], allow_outside_center)[0]
-    return _apply_crop(label, window, keep)
+    if masks is None:
+        return _apply_crop(label, window, keep)
+    return _apply_crop(label, window, keep), masks[np.flatnonzero(keep)].crop(crop_box)
 
 
-def resize(img, label, size, interp=1, rng=None):
+def resize(img, label, size, interp=1, rng=None, masks=None):
     """Resize to a fixed size and scale the boxes with it.
 
     Parameters
@@ -215,19 +242,25 @@ def resize(img, label, size, interp=1, rng=None):
         See :func:`imresize`.
     rng : RandomState or Generator, optional
         Used by ``interp=10``.
+    masks : InstanceMasks, optional
 
     Returns
     -------
     img : numpy.ndarray, height x width x C
     label : numpy.ndarray float32 or None
+    masks : InstanceMasks, if given
     """
     img = _image(img)
+    _check_masks(label, masks)
     w, h = (size, size) if np.isscalar(size) else size
     out = imresize(img, w, h, interp, rng)
-    return out, bbox_resize(label, (img.shape[1], img.shape[0]), (w, h))
+    in_size = (img.shape[1], img.shape[0])
+    return _and_masks((out, bbox_resize(label, in_size, (w, h))),
+                      None if masks is None else masks.resize(in_size, (w, h)))
 
 
-def resize_short_within(img, label, short, max_size=None, mult_base=1, interp=1, rng=None):
+def resize_short_within(img, label, short, max_size=None, mult_base=1, interp=1, rng=None,
+                        masks=None):
     """Resize keeping the aspect ratio: shorter side to ``short``, longer side at most ``max_size``.
 
     The Faster R-CNN resize, with GluonCV's rounding: sides are rounded to
@@ -246,11 +279,13 @@ def resize_short_within(img, label, short, max_size=None, mult_base=1, interp=1,
         See :func:`imresize`.
     rng : RandomState or Generator, optional
         Used by ``interp=10``.
+    masks : InstanceMasks, optional
 
     Returns
     -------
     img : numpy.ndarray
     label : numpy.ndarray float32 or None
+    masks : InstanceMasks, if given
     """
     img = _image(img)
     h, w = img.shape[:2]
@@ -260,27 +295,31 @@ def resize_short_within(img, label, short, max_size=None, mult_base=1, interp=1,
         scale = float(np.floor(max_size / mult_base) * mult_base) / side_max
     new_w = max(1, int(np.round(w * scale / mult_base) * mult_base))
     new_h = max(1, int(np.round(h * scale / mult_base) * mult_base))
-    return resize(img, label, (new_w, new_h), interp, rng)
+    return resize(img, label, (new_w, new_h), interp, rng, masks)
 
 
-def random_flip(img, label, px=0.5, rng=None):
-    """Mirror the image and its boxes left-right with probability ``px``.
+def random_flip(img, label, px=0.5, rng=None, masks=None):
+    """Mirror the image and its boxes (and masks) left-right with probability ``px``.
 
     Returns
     -------
     img : numpy.ndarray
     label : numpy.ndarray float32 or None
     flipped : bool
+    masks : InstanceMasks, if given
     """
     img = _image(img)
+    _check_masks(label, masks)
     flipped = bool(_rng(rng).uniform(0, 1) < px)
     if not flipped:
-        return img.copy(), _label(label), False
+        return _and_masks((img.copy(), _label(label), False), masks)
     if img.dtype.name in _CV2_DTYPES:
         out = cv2.flip(img, 1).reshape(img.shape)
     else:
         out = np.ascontiguousarray(img[:, ::-1])
-    return out, bbox_flip(label, (img.shape[1], img.shape[0]), flip_x=True), True
+    size = (img.shape[1], img.shape[0])
+    return _and_masks((out, bbox_flip(label, size, flip_x=True), True),
+                      None if masks is None else masks.flip(size, flip_x=True))
 
 
 def _fill_value(fill, img):
@@ -304,7 +343,8 @@ def _pad(img, top, bottom, left, right, fill):
     return out
 
 
-def random_expand(img, label, max_ratio=4, fill=MEAN_COLOR, keep_ratio=True, rng=None):
+def random_expand(img, label, max_ratio=4, fill=MEAN_COLOR, keep_ratio=True, rng=None,
+                  masks=None):
     """Place the image at a random spot of a canvas up to ``max_ratio`` times larger (SSD zoom-out).
 
     Parameters
@@ -318,6 +358,7 @@ def random_expand(img, label, max_ratio=4, fill=MEAN_COLOR, keep_ratio=True, rng
     keep_ratio : bool, default True
         Use one ratio for both axes.
     rng : RandomState or Generator, optional
+    masks : InstanceMasks, optional
 
     Returns
     -------
@@ -325,11 +366,13 @@ def random_expand(img, label, max_ratio=4, fill=MEAN_COLOR, keep_ratio=True, rng
     label : numpy.ndarray float32 or None
     window : tuple
         ``(x_offset, y_offset, canvas_width, canvas_height)``.
+    masks : InstanceMasks, if given
     """
     img = _image(img)
+    _check_masks(label, masks)
     h, w = img.shape[:2]
     if max_ratio <= 1:
-        return img.copy(), _label(label), (0, 0, w, h)
+        return _and_masks((img.copy(), _label(label), (0, 0, w, h)), masks)
     rng = _rng(rng)
     ratio_x = rng.uniform(1, max_ratio)
     ratio_y = ratio_x if keep_ratio else rng.uniform(1, max_ratio)
@@ -337,7 +380,9 @@ def random_expand(img, label, max_ratio=4, fill=MEAN_COLOR, keep_ratio=True, rng
     off_y = _randint(rng, out_h - h + 1)
     off_x = _randint(rng, out_w - w + 1)
     canvas = _pad(img, off_y, out_h - h - off_y, off_x, out_w - w - off_x, _fill_value(fill, img))
-    return canvas, bbox_translate(label, off_x, off_y), (off_x, off_y, out_w, out_h)
+    window = (off_x, off_y, out_w, out_h)
+    return _and_masks((canvas, bbox_translate(label, off_x, off_y), window),
+                      None if masks is None else masks.expand((w, h), window))
 
 
 def _sample_windows(rng, width, height, count, min_scale, max_scale, max_aspect_ratio):
@@ -368,7 +413,7 @@ def _check_crop_args(min_scale, max_scale, max_aspect_ratio, max_trial):
 
 
 def random_crop_with_constraints(img, label, min_scale=0.3, max_scale=1, max_aspect_ratio=2,
-                                 constraints=None, max_trial=50, rng=None):
+                                 constraints=None, max_trial=50, rng=None, masks=None):
     """SSD random crop: a patch whose IoU with every box meets a sampled constraint.
 
     For each ``(min_iou, max_iou)`` constraint (None: unbounded), up to
@@ -392,6 +437,8 @@ def random_crop_with_constraints(img, label, min_scale=0.3, max_scale=1, max_asp
         Default: the SSD paper's ``SSD_CROP_CONSTRAINTS``.
     max_trial : int, default 50
     rng : RandomState or Generator, optional
+    masks : InstanceMasks, optional
+        Needs ``label``.
 
     Returns
     -------
@@ -399,9 +446,14 @@ def random_crop_with_constraints(img, label, min_scale=0.3, max_scale=1, max_asp
     label : numpy.ndarray float32 or None
     window : tuple
         ``(x, y, width, height)`` of the crop in the input image.
+    masks : InstanceMasks, if given: the kept instances, cropped alike
     """
     img = _image(img)
     label = _label(label)
+    _check_masks(label, masks)
+    if masks is not None and label is None:
+        raise ValueError('random_crop_with_constraints: masks need the label (which rows '
+                         'the crop keeps)')
     _check_crop_args(min_scale, max_scale, max_aspect_ratio, max_trial)
     rng = _rng(rng)
     h, w = img.shape[:2]
@@ -424,7 +476,9 @@ def random_crop_with_constraints(img, label, min_scale=0.3, max_scale=1, max_asp
     out = img[y0:y1, x0:x1].copy()
     if label is not None:
         label = _apply_crop(label, windows[pick], keep[pick])
-    return out, label, (x0, y0, x1 - x0, y1 - y0)
+    window = (x0, y0, x1 - x0, y1 - y0)
+    return _and_masks((out, label, window),
+                      None if masks is None else masks[np.flatnonzero(keep[pick])].crop(window))
 
 
 def _color_transform(rng, brightness_delta, contrast, saturation, hue_delta):
@@ -533,7 +587,8 @@ def normalize(img, mean=IMAGENET_MEAN, std=IMAGENET_STD):
     return out
 
 
-def fixed_size_augment(img, label, size, mean=IMAGENET_MEAN, std=IMAGENET_STD, zoom=True):
+def fixed_size_augment(img, label, size, mean=IMAGENET_MEAN, std=IMAGENET_STD, zoom=True,
+                       masks=None):
     """The training augmentation of the fixed-size detectors (GluonCV's SSD and YOLOv3
     presets): colour jitter; with ``zoom`` a zoom-out with probability 0.5 (canvas of the
     mean colour) and a constrained random crop; resize to ``size`` (``(width, height)``) with
@@ -543,12 +598,21 @@ def fixed_size_augment(img, label, size, mean=IMAGENET_MEAN, std=IMAGENET_STD, z
     -------
     image : float32 ``3 x height x width``
     label : the boxes in the resized image's pixels (other columns kept)
+    masks : InstanceMasks, if given: moved alike (not rasterized)
     """
+    def step(transform, *args, **kwargs):
+        """``transform``'s results without the masks, which it moves."""
+        nonlocal masks
+        out = transform(*args, masks=masks, **kwargs)
+        if masks is not None:
+            out, masks = out[:-1], out[-1]
+        return out
+
     img = random_color_distort(img)
     if zoom:
         if np.random.uniform() > 0.5:
-            img, label, _ = random_expand(img, label, fill=[255 * m for m in mean])
-        img, label, _ = random_crop_with_constraints(img, label)
-    img, label = resize(img, label, size, interp=INTERP_RANDOM)
-    img, label, _ = random_flip(img, label)
-    return normalize(img, mean, std), label
+            img, label, _ = step(random_expand, img, label, fill=[255 * m for m in mean])
+        img, label, _ = step(random_crop_with_constraints, img, label)
+    img, label = step(resize, img, label, size, interp=INTERP_RANDOM)
+    img, label, _ = step(random_flip, img, label)
+    return _and_masks((normalize(img, mean, std), label), masks)

@@ -1,4 +1,5 @@
-"""COCO box evaluation with array operations: pycocotools' ``COCOeval(iouType='bbox')`` numbers.
+"""COCO evaluation with array operations: pycocotools' ``COCOeval`` numbers, for boxes
+(``iouType='bbox'``) and masks (``'segm'``).
 
 The semantics are pycocotools 2.0's, kept exactly:
 
@@ -6,9 +7,13 @@ The semantics are pycocotools 2.0's, kept exactly:
   categories are dropped, detections on unknown images are an error;
 - per image and category, detections are taken best score first (equal
   scores in input order) and only the first 100 count;
-- IoU of boxes ``x, y, w, h``; a crowd ground truth's union is the detection's
+- IoU of boxes ``x, y, w, h``, or of masks (`gluondet.masks`: ground-truth polygons
+  rasterized as pycocotools does); a crowd ground truth's union is the detection's
   own area; a ground truth is ignored when it is a crowd or its ``area``
-  field lies outside the area range; a detection's area is ``w * h``;
+  field lies outside the area range (boxes and masks alike); a detection's area is
+  ``w * h`` of its box, for masks too when the detections carry boxes (pycocotools'
+  ``loadRes`` looks at the first detection: with a ``bbox`` it takes every detection's
+  area from its box, else from its mask);
 - matching is greedy per IoU threshold: each detection takes, among the
   ground truths still free (crowds are never used up) with IoU >=
   ``min(t, 1 - 1e-10)``, the one of highest IoU, preferring any
@@ -31,10 +36,13 @@ import warnings
 import numpy as np
 
 from ..coco_ids import is_id, other_type, sort_key
+from ..masks import Runs
 from ._pairs import chunks, pairs
 
 __all__ = ['coco_evaluate', 'evaluate_boxes', 'summarize', 'format_summary', 'load_ground_truth',
-           'detection_columns', 'object_array', 'STAT_NAMES']
+           'detection_columns', 'segm_columns', 'object_array', 'STAT_NAMES', 'IOU_TYPES']
+
+IOU_TYPES = ('bbox', 'segm')
 
 STAT_NAMES = ('AP', 'AP50', 'AP75', 'APs', 'APm', 'APl',
               'AR1', 'AR10', 'AR100', 'ARs', 'ARm', 'ARl')
@@ -71,6 +79,9 @@ class GroundTruth:
         The ``area`` field.
     crowd, zero_id : numpy.ndarray of bool
         ``iscrowd`` set; annotation ``id`` is 0.
+    annotations : list of dict
+        The evaluated annotations (those of known images and categories), in file order;
+        ``ann_index`` their index in the file.
     """
 
     def __init__(self, dataset, source):
@@ -98,6 +109,7 @@ class GroundTruth:
                          source)
         keep = known_image & known_cat  # pycocotools drops the others
         anns = [a for a, known in zip(anns, keep) if known]
+        self.annotations, self.ann_index = anns, np.flatnonzero(keep)
         try:
             self.boxes = np.array([a['bbox'] for a in anns], dtype=np.float64).reshape(-1, 4)
             self.area = np.array([a['area'] for a in anns], dtype=np.float64)
@@ -109,13 +121,47 @@ class GroundTruth:
         self.image, self.category = image[keep], category[keep]
         self.crowd = np.array([bool(a.get('iscrowd', 0)) for a in anns], dtype=bool)
         self.zero_id = np.array([a['id'] == 0 for a in anns], dtype=bool)
-        self._entries = None
+        self._entries = self._masks = self._sizes = None
 
     def image_entry(self, image_id):
         """The json ``images`` entry of an image id."""
         if self._entries is None:
             self._entries = {entry['id']: entry for entry in self.dataset['images']}
         return self._entries[image_id]
+
+    def image_sizes(self, image):
+        """``height, width`` arrays of images (indices into ``image_ids``), needed for masks."""
+        if self._sizes is None:
+            self._sizes = np.array([[_positive_int(self.image_entry(i).get(key)) for i in
+                                     self.image_ids.tolist()] for key in ('height', 'width')],
+                                   np.int64).reshape(2, -1)
+        height, width = self._sizes[:, image]
+        bad = (height < 1) | (width < 1)
+        if bad.any():
+            image_id = self.image_ids[image[np.argmax(bad)]]
+            entry = self.image_entry(image_id)
+            raise ValueError('%s: image %r needs an int height and width for masks, got %r'
+                             % (self.source, image_id, (entry.get('height'), entry.get('width'))))
+        return height, width
+
+    def masks(self):
+        """The annotations' masks (`gluondet.masks.Runs`), from their ``segmentation``."""
+        if self._masks is None:
+            height, width = self.image_sizes(self.image)
+            missing = [i for i, a in enumerate(self.annotations) if 'segmentation' not in a]
+            if missing:
+                raise ValueError('%s: annotations[%d] has no "segmentation" (mask evaluation '
+                                 'needs one on every annotation)' % (
+                                     self.source, self.ann_index[missing[0]]))
+            self._masks = Runs.of([a['segmentation'] for a in self.annotations], height, width,
+                                  lambda i: '%s: annotations[%d]/segmentation' % (
+                                      self.source, self.ann_index[i]))
+        return self._masks
+
+
+def _positive_int(value):
+    """``value`` if it is an int > 0, else -1."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else -1
 
 
 def _sorted_ids(entries, key, source):
@@ -196,12 +242,19 @@ def load_ground_truth(gt):
     return GroundTruth(dataset, str(gt))
 
 
-def _parse_detections(detections, gt):
-    """Image index, category index, ``x, y, w, h`` box and score of each usable detection."""
-    image_id, category_id, boxes, score = detection_columns(detections)
-    if not (np.isfinite(boxes).all() and np.isfinite(score).all()):
-        raise ValueError('detection boxes and scores must be finite (first bad: index %d)'
-                         % np.flatnonzero(~np.isfinite(np.c_[boxes, score]).all(1))[0])
+def _parse_detections(detections, gt, iou_type):
+    """Image index, category index, score, area and box (``x, y, w, h``) or mask index of
+    each usable detection, and the detections' masks (`gluondet.masks.Runs`, for 'segm')."""
+    if iou_type == 'bbox':
+        image_id, category_id, boxes, score = detection_columns(detections)
+        segmentation = None
+    else:
+        image_id, category_id, segmentation, score, boxes = segm_columns(detections)
+    values = np.c_[score, boxes] if boxes is not None else score[:, None]
+    if not np.isfinite(values).all():
+        raise ValueError('detection %sscores must be finite (first bad: index %d)' % (
+            'boxes and ' if boxes is not None else '',
+            np.flatnonzero(~np.isfinite(values).all(1))[0]))
     image, known = _lookup(gt.image_ids, image_id)
     if not known.all():
         first = image_id[~known][0]
@@ -214,7 +267,63 @@ def _parse_detections(detections, gt):
                       'not evaluated (as pycocotools)' % (
                           (~known).sum(), gt.source, first,
                           other_type(first, set(gt.category_ids.tolist()), 'the ground truth')))
-    return image[known], category[known], boxes[known], score[known]
+    if segmentation is None:
+        area = boxes[:, 2] * boxes[:, 3]
+        return image[known], category[known], score[known], area[known], boxes[known], None
+    index = np.flatnonzero(known)
+    height, width = gt.image_sizes(image[index])
+    masks = Runs.of(segmentation[index].tolist(), height, width,
+                    lambda i: 'detections[%d]/segmentation' % index[i])
+    # pycocotools' loadRes: areas from the boxes if the detections have them, else the masks
+    area = boxes[index, 2] * boxes[index, 3] if boxes is not None else masks.area()
+    return (image[index], category[index], score[index], area.astype(np.float64),
+            np.arange(len(index)), masks)
+
+
+def segm_columns(detections):
+    """``image_id, category_id, segmentation, score, bbox`` of mask detections.
+
+    ``detections`` is a list of ``{image_id, category_id, segmentation, score}`` dicts (COCO
+    results) or a dict of those columns. ``bbox`` (N x 4 ``x, y, w, h``) is None unless the
+    detections have boxes: in a list, the first detection decides (as pycocotools'
+    ``loadRes``), and then every detection needs one.
+    """
+    if isinstance(detections, dict):
+        try:
+            columns = [object_array(list(detections[key])) for key in
+                       ('image_id', 'category_id', 'segmentation')]
+            columns.append(np.asarray(detections['score'], np.float64).reshape(-1))
+            boxes = (np.asarray(detections['bbox'], np.float64).reshape(-1, 4)
+                     if 'bbox' in detections else None)
+        except (KeyError, TypeError, ValueError, OverflowError):
+            raise ValueError('detections: a dict of the columns image_id, category_id, '
+                             'segmentation (RLEs), score (N) and, optionally, bbox (N x 4)') \
+                from None
+        lengths = [len(column) for column in columns + ([] if boxes is None else [boxes])]
+        if len(set(lengths)) != 1:
+            raise ValueError('detection columns differ in length: %s' % lengths)
+        return tuple(columns) + (boxes,)
+    if not isinstance(detections, (list, tuple)):
+        raise ValueError('mask detections: a list of {image_id, category_id, segmentation, '
+                         'score} or a dict of columns, got %s' % type(detections).__name__)
+    keys = ('image_id', 'category_id', 'segmentation', 'score')
+    for i, det in enumerate(detections):
+        if not isinstance(det, dict) or not set(keys) <= set(det):
+            raise ValueError('detections[%d]: a mask detection needs image_id, category_id, '
+                             'segmentation and score, got %r' % (i, det))
+    columns = [object_array([d[key] for d in detections]) for key in keys[:3]]
+    boxed = bool(detections) and np.size(detections[0].get('bbox', [])) > 0
+    try:
+        columns.append(np.array([d['score'] for d in detections], np.float64).reshape(-1))
+        boxes = (np.array([d['bbox'] for d in detections], np.float64).reshape(-1, 4)
+                 if boxed else None)
+        if boxed and len(boxes) != len(detections):
+            raise ValueError
+    except (KeyError, TypeError, ValueError):
+        raise ValueError('detections: every score must be a number%s' % (
+            '; the first has a bbox, so every detection needs one [x, y, w, h] (pycocotools '
+            'then takes the areas from the boxes)' if boxed else '')) from None
+    return tuple(columns) + (boxes,)
 
 
 def detection_columns(detections):
@@ -277,17 +386,23 @@ def _first_bad_det(detections):
     return None
 
 
-def coco_evaluate(gt, detections):
-    """The 12 summary numbers of COCO box evaluation, as pycocotools computes them.
+def coco_evaluate(gt, detections, iou_type='bbox'):
+    """The 12 summary numbers of COCO evaluation, as pycocotools computes them.
 
     Parameters
     ----------
     gt : str, dict or GroundTruth
-        COCO ground-truth json path, or the loaded dict.
+        COCO ground-truth json path, or the loaded dict. For ``'segm'`` every annotation
+        needs a ``segmentation`` (polygons, or an RLE of its image's size) and every image
+        its ``height`` and ``width``.
     detections : list of dict, numpy.ndarray or dict of arrays
         COCO results ``{image_id, category_id, bbox: [x, y, w, h], score}``,
         an ``N x 7`` array ``[image_id, x, y, w, h, score, category_id]``
-        (pycocotools' numpy form) or a dict of the four columns.
+        (pycocotools' numpy form) or a dict of the four columns. For ``'segm'``, results
+        ``{image_id, category_id, segmentation: RLE, score}`` (a ``bbox`` too, optionally:
+        see :func:`segm_columns`) or a dict of those columns.
+    iou_type : {'bbox', 'segm'}
+        Match boxes or masks (pycocotools' ``iouType``).
 
     Returns
     -------
@@ -295,12 +410,13 @@ def coco_evaluate(gt, detections):
         ``AP, AP50, AP75, APs, APm, APl, AR1, AR10, AR100, ARs, ARm, ARl``
         (floats; -1 where undefined, e.g. no ground truth in an area range).
     """
-    precision, recall = evaluate_boxes(gt, detections)[:2]
+    precision, recall = evaluate_boxes(gt, detections, iou_type)[:2]
     return summarize(precision, recall)
 
 
-def evaluate_boxes(gt, detections):
-    """pycocotools' ``evaluate()`` + ``accumulate()``.
+def evaluate_boxes(gt, detections, iou_type='bbox'):
+    """pycocotools' ``evaluate()`` + ``accumulate()``, of boxes or (``iou_type='segm'``)
+    masks.
 
     Returns
     -------
@@ -310,21 +426,31 @@ def evaluate_boxes(gt, detections):
     category_ids : numpy.ndarray
         The K category ids.
     """
+    if iou_type not in IOU_TYPES:
+        raise ValueError('iou_type must be one of %s, got %r' % (', '.join(IOU_TYPES), iou_type))
     gt = load_ground_truth(gt)
-    image, category, boxes, score = _parse_detections(detections, gt)
+    image, category, score, area, what, masks = _parse_detections(detections, gt, iou_type)
     # best score first within (category, image), equal scores in input order
     order = np.lexsort((-score, image, category))
-    image, category, boxes, score = image[order], category[order], boxes[order], score[order]
+    image, category, score, area, what = (image[order], category[order], score[order],
+                                          area[order], what[order])
     key = category * len(gt.image_ids) + image
     rank = np.arange(len(key)) - np.searchsorted(key, key, side='left')
     keep = rank < MAX_DETS[-1]
-    image, category, boxes, score, rank = (image[keep], category[keep], boxes[keep],
-                                           score[keep], rank[keep])
+    image, category, score, area, what, rank = (image[keep], category[keep], score[keep],
+                                                area[keep], what[keep], rank[keep])
+    if masks is None:
+        def iou(det, cols):
+            return _box_iou(what[det], gt.boxes[cols], gt.crowd[cols])
+    else:
+        gt_masks = gt.masks()
+
+        def iou(det, cols):
+            return masks.pair_iou(gt_masks, what[det], cols, gt.crowd[cols])
     lows, highs = np.array(list(AREA_RANGES.values())).T
     gt_ignored = gt.crowd | (gt.area < lows[:, None]) | (gt.area > highs[:, None])
-    out_of_range = (boxes[:, 2] * boxes[:, 3] < lows[:, None]) | \
-                   (boxes[:, 2] * boxes[:, 3] > highs[:, None])
-    true_match, on_ignored = _greedy_match(gt, category * len(gt.image_ids) + image, boxes,
+    out_of_range = (area < lows[:, None]) | (area > highs[:, None])
+    true_match, on_ignored = _greedy_match(gt, category * len(gt.image_ids) + image, iou,
                                            rank, gt_ignored)
     ignored = on_ignored | (~true_match & out_of_range[:, None, :])
     positives = np.stack([np.bincount(gt.category[~ign], minlength=len(gt.category_ids))
@@ -333,8 +459,9 @@ def evaluate_boxes(gt, detections):
         (gt.category_ids,)
 
 
-def _greedy_match(gt, key, boxes, rank, gt_ignored):
-    """Greedy matching of every detection at every area range and IoU threshold.
+def _greedy_match(gt, key, iou, rank, gt_ignored):
+    """Greedy matching of every detection at every area range and IoU threshold;
+    ``iou(det, cols)`` gives the IoU of detection ``det[i]`` with ground truth ``cols[i]``.
 
     Returns
     -------
@@ -351,29 +478,29 @@ def _greedy_match(gt, key, boxes, rank, gt_ignored):
     dets = np.flatnonzero(count)
     dets = dets[np.argsort(rank[dets], kind='stable')]
     thresholds = np.minimum(IOU_THRESHOLDS, 1 - 1e-10)
-    det, cols, iou = _close_pairs(dets, start[dets], count[dets], gt_order, boxes, gt,
-                                  thresholds.min())
+    det, cols, ious = _close_pairs(dets, start[dets], count[dets], gt_order, iou,
+                                   thresholds.min())
     state = {'taken': np.zeros(shape + (len(gt_key),), dtype=bool),
              'true_match': np.zeros(shape + (len(key),), dtype=bool),
              'on_ignored': np.zeros(shape + (len(key),), dtype=bool)}
     steps = np.searchsorted(rank[det], np.arange(MAX_DETS[-1] + 1))
     for lo, hi in zip(steps[:-1], steps[1:]):  # one detection rank at a time
         if lo < hi:
-            _match_step(det[lo:hi], cols[lo:hi], iou[lo:hi], thresholds[:, None], gt,
+            _match_step(det[lo:hi], cols[lo:hi], ious[lo:hi], thresholds[:, None], gt,
                         gt_ignored, **state)
     return state['true_match'], state['on_ignored']
 
 
-def _close_pairs(dets, start, count, gt_order, boxes, gt, min_iou):
+def _close_pairs(dets, start, count, gt_order, iou, min_iou):
     """Detection, ground truth and IoU of the pairs with IoU >= ``min_iou`` (the others
     never match), in the order of ``dets`` then of the ground truths in the file."""
     parts = []
     for lo, hi in chunks(count):
         rows, cols, _ = pairs(start[lo:hi], count[lo:hi])
         det, cols = dets[lo:hi][rows], gt_order[cols]
-        iou = _box_iou(boxes[det], gt.boxes[cols], gt.crowd[cols])
-        close = iou >= min_iou
-        parts.append((det[close], cols[close], iou[close]))
+        ious = iou(det, cols)
+        close = ious >= min_iou
+        parts.append((det[close], cols[close], ious[close]))
     if not parts:
         return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0)
     return tuple(np.concatenate(column) for column in zip(*parts))

@@ -9,10 +9,12 @@ imports nothing of ``deploy``): ``transform`` (its validation preprocessing,
 ``detect_samples(samples)`` (one :class:`~gluondet.deploy.Detections` per sample, in
 original pixels) and ``backend``.
 """
+import numpy as np
 from mxnet.gluon.data import DataLoader
 from tqdm import tqdm
 
 from ..helper_signals import end_loader_workers
+from ..masks import encode, paste
 
 from .voc import VOC07MApMetric, VOCMApMetric
 
@@ -64,7 +66,8 @@ def evaluate(predictor, dataset, metrics, batch_size=None, progress=False, num_w
         one process would (the metrics equal one process's on the same weights).
     """
     size = predictor.batch_size(batch_size)
-    data = dataset.transform(predictor.transform)
+    data = dataset.transform(_ImageAndLabel(predictor.transform))
+    masked = any(getattr(metric, 'masks', False) for metric in metrics)
     starts = range(0, len(dataset), size)
     rank, world = (0, 1) if group is None else (group.rank, group.world_size)
     mine = starts[rank::world]
@@ -72,7 +75,8 @@ def evaluate(predictor, dataset, metrics, batch_size=None, progress=False, num_w
     with tqdm(total=len(dataset), disable=not progress, unit='image',
               desc='evaluate (%s)' % predictor.backend) as bar:
         for b, samples in enumerate(_batches(data, mine, size, num_workers)):
-            pairs = [(detections, label) for detections, (_, label, _)
+            pairs = [(_with_segmentations(detections, original) if masked else detections,
+                      label) for detections, (_, label, original)
                      in zip(predictor.detect_samples(samples), samples)]
             if world == 1:
                 _update(metrics, pairs)
@@ -86,13 +90,37 @@ def evaluate(predictor, dataset, metrics, batch_size=None, progress=False, num_w
             _update(metrics, gathered[b % world][b // world])
 
 
+class _ImageAndLabel:
+    """The predictor's transform of an item's image and label (the masks of a dataset that
+    has them stay out: a metric reads its ground truth from the dataset)."""
+
+    def __init__(self, transform):
+        self.transform = transform
+
+    def __call__(self, image, label, *masks):
+        return self.transform(image, label)
+
+
+def _with_segmentations(detections, size):
+    """The detections with their ``masks`` (grids over their boxes) as ``segmentation``, the
+    COCO RLE of each mask pasted into the ``[height, width]`` original image (what is
+    gathered from the processes of a distributed validation is those, not the grids)."""
+    height, width = (int(v) for v in size)
+    pasted = paste(detections.masks, detections.boxes, (width, height))
+    rles = np.empty(len(detections), object)
+    rles[:] = encode(pasted) if len(detections) else []
+    return detections.replace(masks=None, segmentation=rles)
+
+
 def _update(metrics, pairs):
     for detections, label in pairs:
         label = label[None]
         for metric in metrics:
+            extra = ({'pred_masks': [detections.segmentation]} if getattr(metric, 'masks', False)
+                     else {})
             metric.update(detections.boxes[None], detections.ids[None],
                           detections.scores[None], label[:, :, :4], label[:, :, 4:5],
-                          label[:, :, 5:6])
+                          label[:, :, 5:6], **extra)
 
 
 def voc_result(metric):

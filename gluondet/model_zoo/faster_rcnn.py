@@ -12,7 +12,7 @@ from .backbones import get_backbone
 from .detector import (DetectionNet, initialized_ctx, norm_param_names, params_except,
                        register_presets, reuse_mapping)
 
-__all__ = ['FasterRCNN', 'FASTER_RCNN_ARCHS', 'build_faster_rcnn']
+__all__ = ['FasterRCNN', 'FASTER_RCNN_ARCHS', 'build_faster_rcnn', 'build_rcnn']
 
 
 class FasterRCNN(DetectionNet):
@@ -171,18 +171,35 @@ class FasterRCNN(DetectionNet):
         maps = self.backbone(x)
         return maps if self.fpn is None else self.fpn(*maps)
 
+    def top_features(self, pooled):
+        """The pooled regions' maps for the heads: ``layer4`` on them (C4, GluonCV's "top
+        features"), or the pooled features as they are (FPN)."""
+        return self.backbone.layer4(pooled) if self.box_features is None else pooled
+
     def box_head(self, F, pooled):
         """Per-region features for the predictors: ``layer4`` and global average pooling
-        (C4), or the box head's dense layers (FPN). ``R x C x h x w`` -> ``R x D``."""
-        if self.box_features is None:
-            top = self.backbone.layer4(pooled)
-            return F.contrib.AdaptiveAvgPooling2D(top, output_size=1).reshape((0, -1))
-        return self.box_features(pooled)
+        (C4), or the box head's layers (FPN). ``R x C x h x w`` -> ``R x D``."""
+        return self._box_vector(F, self.top_features(pooled))
 
-    def hybrid_forward(self, F, x, gt_boxes=None, gt_ids=None):
+    def _box_vector(self, F, top):
+        if self.box_features is None:
+            return F.contrib.AdaptiveAvgPooling2D(top, output_size=1).reshape((0, -1))
+        return self.box_features(top)
+
+    def pool(self, F, rois, maps):
+        """ROI Align of ``B x N x 4`` boxes (input pixels) on the maps of `features`:
+        ``(B * N) x C x h x w``, no gradient to the boxes."""
+        roi_maps = maps if self.fpn is None else maps[:4]
+        return self.roi_extractor(F.stop_gradient(roi_rows(F, rois)), *roi_maps)
+
+    def _stages(self, F, x, gt_boxes, gt_ids):
+        """Both stages; a dict of the outputs and of what a subclass's head needs: the maps,
+        the regions' ``top`` features and, in training, the sampled ``rois``, ``matches``,
+        the positives' ``indices`` and ``box_classes``."""
         training = autograd.is_training()
         if training and (gt_boxes is None or gt_ids is None):
-            raise ValueError('FasterRCNN in training mode needs net(x, gt_boxes, gt_ids)')
+            raise ValueError('%s in training mode needs net(x, gt_boxes, gt_ids)'
+                             % type(self).__name__)
         maps = self.features(x)
         rpn_scores, rpn_boxes = [], []
         for feature in maps:
@@ -191,16 +208,18 @@ class FasterRCNN(DetectionNet):
             rpn_boxes.append(offsets)
         anchors = [generate(m) for m, generate in zip(maps, self.anchor_generators)]
         proposal_scores, proposals = self.proposal(x, *(anchors + rpn_scores + rpn_boxes))
+        out = {'maps': maps}
         if training:
             rois, samples, matches = self.sampler(proposals, proposal_scores, gt_boxes, gt_ids)
             cls_targets, box_targets, box_masks, box_classes, indices = self.target_generator(
                 rois, samples, matches, gt_boxes, gt_ids)
+            out.update(rois=rois, matches=matches, indices=indices, box_classes=box_classes)
         else:
             rois = proposals
         num_rois = self.sampler.num_sample if training else self.proposal.counts(False)[1]
-        roi_maps = maps if self.fpn is None else maps[:4]
-        pooled = self.roi_extractor(F.stop_gradient(roi_rows(F, rois)), *roi_maps)
-        box_feat = self.box_head(F, pooled)
+        top = self.top_features(self.pool(F, rois, maps))
+        box_feat = self._box_vector(F, top)
+        out['top'] = top
         cls_preds = self.class_predictor(box_feat).reshape((-1, num_rois, self.num_classes + 1))
         if training:
             num_pos = self.sampler.max_pos
@@ -209,16 +228,21 @@ class FasterRCNN(DetectionNet):
             box_preds = box_preds.reshape((-1, num_pos, self.num_classes, 4))
             own = F.broadcast_like(box_classes.expand_dims(-1), box_targets)
             box_preds = F.pick(box_preds, own, axis=2)
-            return (F.concat(*rpn_scores, dim=1), F.concat(*rpn_boxes, dim=1),
-                    F.concat(*anchors, dim=1), cls_preds, box_preds, cls_targets, box_targets,
-                    box_masks)
+            out['outputs'] = (F.concat(*rpn_scores, dim=1), F.concat(*rpn_boxes, dim=1),
+                              F.concat(*anchors, dim=1), cls_preds, box_preds, cls_targets,
+                              box_targets, box_masks)
+            return out
         box_preds = self.box_predictor(box_feat).reshape((-1, num_rois, self.num_classes, 4))
         repeated = F.broadcast_like(rois.expand_dims(2), box_preds, lhs_axes=(2,),
                                     rhs_axes=(2,))
         # one row of boxes: box_decode takes anchors of batch 1 only
         boxes = self.box_decoder(box_preds.reshape((1, -1, 4)), repeated.reshape((1, -1, 4)))
         boxes = boxes.reshape_like(box_preds)
-        return self.postprocess(F.softmax(cls_preds, axis=-1), boxes)
+        out['outputs'] = self.postprocess(F.softmax(cls_preds, axis=-1), boxes)
+        return out
+
+    def hybrid_forward(self, F, x, gt_boxes=None, gt_ids=None):
+        return self._stages(F, x, gt_boxes, gt_ids)['outputs']
 
     def reset_class(self, classes, reuse_weights=None):
         """Replace the classes and the class and box predictors (GluonCV's ``reset_class``).
@@ -259,15 +283,20 @@ def _copy_rows(old, new, pairs, width):
         new_param.set_data(mx.nd.array(dst, dtype=dst.dtype))
 
 
-def _box_head(units, conv_channels=0, norm=None):
-    """Two dense layers; with ``norm`` (``(norm_layer, norm_kwargs)``), GluonCV's
-    ``fpn_syncbn`` head: a 3x3 convolution without bias, the norm layer and ReLU, then one
-    dense layer (the same child indices as GluonCV's, so its file keys match)."""
+def _box_head(units, conv_channels=256, norm=None, convs=1, conv_bias=False, pool=False):
+    """GluonCV's FPN box heads, with its child indices (so its file keys match): two dense
+    layers; with ``norm`` (``(norm_layer, norm_kwargs)``, the ``fpn_syncbn`` heads) ``convs``
+    3x3 convolutions (with bias if ``conv_bias``), each with the norm layer and ReLU, then one
+    dense layer. ``pool``: a 3x3 average pool of stride 2 first (Mask R-CNN's 14 x 14 regions
+    to 7 x 7)."""
     head = nn.HybridSequential()
+    if pool:
+        head.add(nn.AvgPool2D(pool_size=3, strides=2, padding=1))
     if norm is not None:
         norm_layer, norm_kwargs = norm
-        head.add(nn.Conv2D(conv_channels, 3, padding=1, use_bias=False),
-                 norm_layer(**norm_kwargs), nn.Activation('relu'))
+        for _ in range(convs):
+            head.add(nn.Conv2D(conv_channels, 3, padding=1, use_bias=conv_bias),
+                     norm_layer(**norm_kwargs), nn.Activation('relu'))
     for _ in range(1 if norm is not None else 2):
         head.add(nn.Dense(units, weight_initializer=mx.init.Normal(0.01)), nn.Activation('relu'))
     return head
@@ -300,6 +329,12 @@ FASTER_RCNN_ARCHS = {
                   'custom': dict(_VOC_C4, anchor_sizes=((128, 256, 512),))}),
     'faster_rcnn_fpn_resnet50_v1b': dict(
         backbone='resnet50_v1b', fpn=True, datasets={'coco': _COCO_FPN, 'custom': _COCO_FPN}),
+    'faster_rcnn_resnet101_v1d': dict(    # (GluonCV publishes no weights of its _voc)
+        backbone='resnet101_v1d', fpn=False,
+        datasets={'coco': _COCO_C4,
+                  'custom': dict(_VOC_C4, anchor_sizes=((128, 256, 512),))}),
+    'faster_rcnn_fpn_resnet101_v1d': dict(
+        backbone='resnet101_v1d', fpn=True, datasets={'coco': _COCO_FPN, 'custom': _COCO_FPN}),
     'faster_rcnn_resnet18_v1b': dict(
         backbone='resnet18_v1b', fpn=False, datasets={'custom': dict(_VOC_C4, **_SMALL)}),
     # GluonCV 0.10.5 publishes no weights of it (its model store lacks the name)
@@ -342,9 +377,18 @@ def build_faster_rcnn(arch, classes, dataset='custom', pretrained_base=True, ctx
         plain BatchNorm by default, a synchronized one when the task asks for it.
     **kwargs
         Override the preset's :class:`FasterRCNN` arguments; with FPN also
-        ``fpn_channels`` (256) and ``box_units`` (1024, the two dense layers' width).
+        ``fpn_channels`` (256) and ``box_units`` (1024, the dense layers' width).
     """
-    spec = FASTER_RCNN_ARCHS[arch]
+    return build_rcnn(FasterRCNN, FASTER_RCNN_ARCHS[arch], classes, dataset, pretrained_base,
+                      ctx, root, norm_layer, norm_kwargs, **kwargs)
+
+
+def build_rcnn(network, spec, classes, dataset, pretrained_base, ctx, root, norm_layer,
+               norm_kwargs, **kwargs):
+    """``network`` (:class:`FasterRCNN` or a subclass) of the preset ``spec``: its backbone,
+    FPN and box head, then the constructor with the dataset's options (see
+    :func:`build_faster_rcnn`). A spec's ``box_head`` holds `_box_head`'s keywords, its
+    ``fpn_bias`` whether the FPN's convolutions have a bias beside norm layers."""
     trainable_norm = spec.get('trainable_norm', False)
     frozen = norm_layer is nn.BatchNorm and not trainable_norm
     norm_kwargs = dict({'use_global_stats': True} if frozen else {}, **(norm_kwargs or {}))
@@ -352,8 +396,8 @@ def build_faster_rcnn(arch, classes, dataset='custom', pretrained_base=True, ctx
     backbone = get_backbone(spec['backbone'], out_stages=stages, norm_layer=norm_layer,
                             norm_kwargs=norm_kwargs)
     if pretrained_base:
-        gluoncv_compat.load_gluoncv_v1b(backbone, registry.weights_file(spec['backbone'], root),
-                                        ctx)
+        gluoncv_compat.load_gluoncv_base(backbone, registry.weights_file(spec['backbone'], root),
+                                         ctx)
     options = dict(spec['datasets'][dataset], **kwargs)
     fpn_channels, box_units = options.pop('fpn_channels', 256), options.pop('box_units', 1024)
     if spec['fpn']:
@@ -361,11 +405,13 @@ def build_faster_rcnn(arch, classes, dataset='custom', pretrained_base=True, ctx
         # GluonCV's FPN norms are mx.sym.contrib.SyncBatchNorm at its defaults: eps 1e-3 (and
         # fix_gamma; here gamma trains from 1: gluondet's SyncBatchNorm, a custom operator,
         # needs every input's gradient)
-        options.setdefault('fpn', FPN(fpn_channels, num_inputs=4, use_bias=norm is None,
+        options.setdefault('fpn', FPN(fpn_channels, num_inputs=4,
+                                      use_bias=spec.get('fpn_bias', norm is None),
                                       norm_layer=norm and norm_layer,
                                       norm_kwargs=norm and dict(norm_kwargs, epsilon=1e-3)))
-        options.setdefault('box_features', _box_head(box_units, fpn_channels, norm))
-    return FasterRCNN(backbone, classes, trainable_norm=trainable_norm, **options)
+        head = dict({'conv_channels': fpn_channels}, **spec.get('box_head', {}))
+        options.setdefault('box_features', _box_head(box_units, norm=norm, **head))
+    return network(backbone, classes, trainable_norm=trainable_norm, **options)
 
 
 register_presets(FASTER_RCNN_ARCHS, build_faster_rcnn, 'Faster R-CNN')

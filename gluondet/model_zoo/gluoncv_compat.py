@@ -33,9 +33,13 @@ Symbol batch norms store ``moving_mean``/``moving_var``, gluondet
 ``running_mean``/``running_var``. Every key must be matched both ways, or
 loading fails listing what did not match.
 
-GluonCV's ImageNet ``resnet*_v1b`` files need no table: :class:`ResNetV1b` has
-GluonCV's structure, so their keys (``conv1.weight``, ``layer2.0.downsample.1.gamma``)
+GluonCV's ImageNet ``resnet*_v1b`` and ``resnet101_v1d`` files need no table:
+:class:`ResNetV1b` has GluonCV's structure, so their keys (``conv1.weight``,
+``layer2.0.downsample.1.gamma``; v1d ``conv1.3.weight``, ``layer2.0.downsample.2.gamma``)
 are its own; :func:`load_gluoncv_v1b` only leaves out the classifier ``fc.*``.
+:func:`load_gluoncv_base` loads those or a MobileNet file (``features.{3k}.weight``,
+``features.{3k+1}.*``: the k-th convolution and norm layer in the order above) into a
+bare backbone, as the R-CNN networks hold theirs.
 """
 import re
 
@@ -45,7 +49,7 @@ from .backbones import MobileNet, ResNetV1, ResNetV1b, VGGAtrous
 from ..metadata import training_meta
 
 __all__ = ['load_arrays', 'read_params', 'is_gluoncv_ssd', 'ssd_key_table', 'convert_ssd',
-           'backbone_key_table', 'load_gluoncv_backbone', 'load_gluoncv_v1b']
+           'backbone_key_table', 'load_gluoncv_backbone', 'load_gluoncv_v1b', 'load_gluoncv_base']
 
 _BN = ('gamma', 'beta', 'running_mean', 'running_var')
 _SYM_BN = {'gamma': 'gamma', 'beta': 'beta', 'moving_mean': 'running_mean',
@@ -161,11 +165,7 @@ def backbone_key_table(features):
     if isinstance(backbone, VGGAtrous):
         pairs = _vgg_pairs(len(features.extras))
     elif isinstance(backbone, MobileNet):
-        pairs = [('features.%d.weight' % (3 * k), layer + '.conv.weight')
-                 for k, layer in enumerate(_mobilenet_layers())]
-        pairs += [('features.%d.%s' % (3 * k + 1, name), '%s.bn.%s' % (layer, name))
-                  for k, layer in enumerate(_mobilenet_layers()) for name in _BN]
-        pairs = [(g, 'backbone.' + o) for g, o in pairs]
+        pairs = [(g, 'backbone.' + o) for g, o in _mobilenet_imagenet_pairs()]
     elif isinstance(backbone, ResNetV1):
         pairs = [(g, 'backbone.' + o) for g, o in _resnet_imagenet_pairs(backbone)]
     else:
@@ -212,8 +212,40 @@ def load_gluoncv_v1b(backbone, filename, ctx=None):
         raise TypeError('load_gluoncv_v1b loads ResNetV1b backbones, not %s'
                         % type(backbone).__name__)
     arrays = {k: v for k, v in read_params(filename).items() if not k.startswith('fc.')}
-    load_arrays(backbone, arrays, '%s (for ResNetV1b-%d)' % (filename, backbone.num_layers),
-                ctx=ctx)
+    variant = [name for name, used in (('deep stem', backbone.deep_stem),
+                                       ('avg_down', backbone.avg_down)) if used]
+    load_arrays(backbone, arrays, '%s (for ResNetV1b-%d%s)' % (
+        filename, backbone.num_layers, ' with ' + ' and '.join(variant) if variant else ''),
+        ctx=ctx)
+
+
+def load_gluoncv_base(backbone, filename, ctx=None):
+    """Load a GluonCV ImageNet ``.params`` file into a bare backbone (not inside a network).
+
+    A :class:`ResNetV1b` (``resnet*_v1b``, ``resnet101_v1d``) loads as in
+    :func:`load_gluoncv_v1b`; a :class:`MobileNet` (``mobilenet1.0`` ...) through the
+    table above, less the classifier ``output.*`` and the layers of blocks it does not
+    build. Any other mismatch raises ValueError listing it, and nothing is loaded.
+    """
+    if isinstance(backbone, ResNetV1b):
+        load_gluoncv_v1b(backbone, filename, ctx)
+        return
+    if not isinstance(backbone, MobileNet):
+        raise TypeError('no GluonCV ImageNet file loads into a bare %s'
+                        % type(backbone).__name__)
+    arrays = read_params(filename)
+    built = set(backbone._collect_params_with_prefix())  # pylint: disable=protected-access
+    pairs = _mobilenet_imagenet_pairs()
+    table = {k: ours for k, ours in pairs if ours in built}
+    cut = {k for k, ours in pairs if ours not in built}
+    unknown = sorted(k for k in arrays
+                     if k not in table and k not in cut and not k.startswith('output.'))
+    missing = sorted(ours for k, ours in table.items() if k not in arrays)
+    if unknown or missing:
+        raise ValueError('%s does not fit backbone MobileNet: %s' % (filename, _describe(
+            [('file keys without a match', unknown),
+             ('backbone parameters not in the file', missing)])))
+    load_arrays(backbone, {ours: arrays[k] for k, ours in table.items()}, filename, ctx=ctx)
 
 
 def _mobilenet_layers():
@@ -222,6 +254,16 @@ def _mobilenet_layers():
     for i in range(13):
         layers += ['blocks.%d.depthwise' % i, 'blocks.%d.pointwise' % i]
     return layers
+
+
+def _mobilenet_imagenet_pairs():
+    """(GluonCV ImageNet key, our key in the backbone) of every MobileNet parameter."""
+    pairs = []
+    for k, layer in enumerate(_mobilenet_layers()):
+        pairs.append(('features.%d.weight' % (3 * k), layer + '.conv.weight'))
+        pairs += [('features.%d.%s' % (3 * k + 1, name), '%s.bn.%s' % (layer, name))
+                  for name in _BN]
+    return pairs
 
 
 def _mobilenet_symbol_pairs():

@@ -3,20 +3,32 @@
 GluonCV's C4 networks keep the backbone as plain sequentials (``features.0`` =
 conv1, ``features.1`` = bn1, ``features.4..6`` = layer1..3, ``top_features.0`` =
 layer4); its FPN networks wrap backbone and pyramid in one SymbolBlock, whose keys
-are flat symbol names. The table, gluondet key (all under the network) on the right:
+are flat symbol names, ``{net}`` being ``resnetv1b``, ``resnetv1d`` (the deep stem and
+average-pool downsampling of ``resnet101_v1d``) or ``mobilenet{n}`` (``n`` any instance
+number). The table, gluondet key (all under the network) on the right:
 
 =============================================  ==============================================
 GluonCV key                                    gluondet key
 =============================================  ==============================================
-``features.0.*`` / ``features.1.*``            ``backbone.conv1.*`` / ``backbone.bn1.*`` (C4)
+``features.0.*`` / ``features.1.*``            ``backbone.conv1.*`` / ``backbone.bn1.*`` (C4;
+                                               v1d: ``features.0.{0,1,3,4,6}.*`` ->
+                                               ``backbone.conv1.{0,1,3,4,6}.*``)
 ``features.{4,5,6}.*``, ``top_features.0.*``   ``backbone.layer{1,2,3}.*``, ``backbone.layer4.*``
 ``features.resnetv1b_conv0_weight``            ``backbone.conv1.weight`` (FPN; ``batchnorm0``
                                                -> ``bn1``)
-``features.resnetv1b_layers{s}_conv{k}_*``     ``backbone.layer{s}.{b}.conv{j+1}.*`` with
+``features.resnetv1d_conv{k}_weight``          ``backbone.conv1.{3k}.weight``, k = 0-2
+``features.resnetv1d_batchnorm{k}_*``          ``backbone.conv1.{3k+1}.*`` (k = 0, 1),
+                                               ``backbone.bn1.*`` (k = 2)
+``features.{net}_layers{s}_conv{k}_*``         ``backbone.layer{s}.{b}.conv{j+1}.*`` with
                                                ``k = b * convs_per_block + j`` (``batchnorm``
                                                -> ``bn``)
-``features.resnetv1b_down{s}_conv0_*``         ``backbone.layer{s}.0.downsample.0.*``
-                                               (``batchnorm0`` -> ``downsample.1``)
+``features.{net}_down{s}_conv0_*``             the 1x1 convolution of
+                                               ``backbone.layer{s}.0.downsample`` (index 0,
+                                               v1d 1; ``batchnorm0``: its norm, 1 or 2)
+``features.mobilenet{n}_conv{k}_weight``       ``backbone.stem.conv.weight`` (k = 0),
+                                               ``backbone.blocks.{i}.depthwise.conv.weight``
+                                               (k = 2i + 1), ``....pointwise.conv.weight``
+                                               (k = 2i + 2); ``batchnorm{k}``: their ``bn``
 ``features.P{i}_conv_lat_*`` / ``P{i}_conv1_*``  ``fpn.laterals.{i-2}.*`` / ``fpn.outputs.{i-2}.*``
 ``features.P6_conv1_*``                        ``fpn.p6.*``
 ``features.P5_lat_bn_*``                       ``fpn.lateral_norms.3.*`` (``fpn_syncbn``, as the
@@ -24,26 +36,33 @@ GluonCV key                                    gluondet key
 ``features.P{i}_conv1_bn_*`` (i < 5)           ``fpn.lateral_norms.{i-2}.*``
 ``features.P{i}_bn_*``                         ``fpn.output_norms.{i-2}.*``
 ``features.P6_pre_bn_*``                       ``fpn.p6_norm.*``
-``features.resnetv1b_*syncbatchnorm*``         read as ``batchnorm`` (``fpn_syncbn`` backbones)
+``features.{net}_*syncbatchnorm*``             read as ``batchnorm`` (``fpn_syncbn`` backbones)
 ``rpn.conv1.0``, ``rpn.score``, ``rpn.loc``     ``rpn_head.*`` (FPN: ``rpn.rpn_head.*``)
 ``rpn.anchor_generator[.{l}].anchors``         ``anchor_generators.{l}.anchors``
 ``box_features.*``, ``class_predictor.*``,     the same
 ``box_predictor.*``
 =============================================  ==============================================
 
-Every key must be matched both ways, or loading fails listing what did not match. The
-``fpn_syncbn`` FPN's norm layers are ``mx.sym.contrib.SyncBatchNorm`` at its defaults, whose
-``fix_gamma`` ignores the stored gamma: it is loaded as ones (gluondet's gamma starts at 1
-and trains).
+In a ResNet every convolution is bias-free, so a symbol key names a convolution exactly
+when it ends in ``_weight``. Every key must be matched both ways, or loading fails listing
+what did not match. The ``fpn_syncbn`` FPN's norm layers (and those of
+``mask_rcnn_fpn_syncbn_mobilenet1_0_coco``'s FPN, whose convolutions keep their bias) are
+``mx.sym.contrib.SyncBatchNorm`` at its defaults, whose ``fix_gamma`` ignores the stored
+gamma: it is loaded as ones (gluondet's gamma starts at 1 and trains).
 """
 import re
 
-from .gluoncv_compat import _describe
+from .backbones import MobileNet, ResNetV1b
+from .gluoncv_compat import _describe, _mobilenet_symbol_pairs
 
 __all__ = ['is_gluoncv_rcnn', 'rcnn_key_table', 'convert_faster_rcnn']
 
 _C4_STAGES = {'conv1': 'features.0', 'bn1': 'features.1', 'layer1': 'features.4',
               'layer2': 'features.5', 'layer3': 'features.6', 'layer4': 'top_features.0'}
+# (deep stem, average-pool downsampling) -> GluonCV's symbol prefix
+_RESNET_SYMBOLS = {(False, False): 'resnetv1b', (True, True): 'resnetv1d'}
+_INSTANCE = re.compile(r'^features\.mobilenet\d+_')
+_SYNC_NORM = re.compile(r'^(features\.(?:resnetv1[bd]|mobilenet)_(?:\w+_)?)syncbatchnorm')
 
 
 def is_gluoncv_rcnn(arrays):
@@ -52,20 +71,39 @@ def is_gluoncv_rcnn(arrays):
             and any(k.startswith(('features.', 'top_features.')) for k in arrays))
 
 
-def _symbol_backbone_key(key, convs_per_block):
-    """GluonCV's symbol name of a backbone parameter (FPN networks)."""
+def _resnet_symbol_key(key, backbone):
+    """GluonCV's symbol name of a ResNet backbone parameter (FPN networks)."""
+    net = _RESNET_SYMBOLS.get((backbone.deep_stem, backbone.avg_down))
+    if net is None:
+        raise ValueError('GluonCV has no FPN R-CNN on a ResNetV1b with deep_stem=%s, avg_down=%s'
+                         % (backbone.deep_stem, backbone.avg_down))
     parts = key.split('.')
+    param = parts[-1]
+    kind = 'conv' if param == 'weight' else 'batchnorm'
     if parts[0] in ('conv1', 'bn1'):
-        kind = 'conv' if parts[0] == 'conv1' else 'batchnorm'
-        return 'resnetv1b_%s0_%s' % (kind, parts[1])
+        if len(parts) == 3:               # the deep stem's layers 0, 1, 3, 4, 6
+            index = int(parts[1]) // 3
+        else:
+            index = 2 if backbone.deep_stem and parts[0] == 'bn1' else 0
+        return '%s_%s%d_%s' % (net, kind, index, param)
     stage, block = int(parts[0][len('layer'):]), int(parts[1])
     if parts[2] == 'downsample':
-        kind = 'conv' if parts[3] == '0' else 'batchnorm'
-        return 'resnetv1b_down%d_%s0_%s' % (stage, kind, parts[4])
-    match = re.fullmatch(r'(conv|bn)(\d)', parts[2])
-    kind = 'conv' if match.group(1) == 'conv' else 'batchnorm'
-    index = block * convs_per_block + int(match.group(2)) - 1
-    return 'resnetv1b_layers%d_%s%d_%s' % (stage, kind, index, parts[3])
+        return '%s_down%d_%s0_%s' % (net, stage, kind, param)
+    convs = 3 if hasattr(backbone.layer1[0], 'conv3') else 2
+    index = block * convs + int(parts[2][-1]) - 1
+    return '%s_layers%d_%s%d_%s' % (net, stage, kind, index, param)
+
+
+def _symbol_backbone_keys(backbone):
+    """``{our key in the backbone: GluonCV's symbol name}`` (FPN networks; MobileNet's without
+    its instance number)."""
+    ours = backbone._collect_params_with_prefix()  # pylint: disable=protected-access
+    if isinstance(backbone, MobileNet):
+        table = {o[len('backbone.'):]: g for g, o in _mobilenet_symbol_pairs()}
+        return {key: table[key] for key in ours}
+    if isinstance(backbone, ResNetV1b):
+        return {key: _resnet_symbol_key(key, backbone) for key in ours}
+    raise TypeError('GluonCV has no FPN R-CNN on a %s backbone' % type(backbone).__name__)
 
 
 def _symbol_norm_key(name, param):
@@ -89,11 +127,11 @@ def _fpn_key(group, tail, levels):
     return 'features.P%d_%s_%s' % (level + 2, kind, name)
 
 
-def _gluoncv_key(ours, fpn, convs_per_block, levels=4):
+def _gluoncv_key(ours, fpn, levels, backbone_keys):
     head, _, rest = ours.partition('.')
     if head == 'backbone':
         if fpn:
-            return 'features.' + _symbol_backbone_key(rest, convs_per_block)
+            return 'features.' + backbone_keys[rest]
         stage, _, tail = rest.partition('.')
         return '%s.%s' % (_C4_STAGES[stage], tail)
     if head == 'fpn':
@@ -108,28 +146,41 @@ def _gluoncv_key(ours, fpn, convs_per_block, levels=4):
 
 
 def rcnn_key_table(net):
-    """``{GluonCV key: gluondet key}`` for every parameter of the :class:`FasterRCNN` ``net``."""
+    """``{GluonCV key: gluondet key}`` for every parameter of the :class:`FasterRCNN` ``net``
+    (MobileNet's symbol names without their instance number: ``features.mobilenet_conv0_weight``
+    for ``features.mobilenet0_conv0_weight``)."""
     fpn = net.fpn is not None
-    convs = 3 if hasattr(net.backbone.layer1[0], 'conv3') else 2
-    levels = len(net.fpn.laterals) if fpn else 0
-    return {_gluoncv_key(ours, fpn, convs, levels): ours
+    if fpn:
+        backbone_keys = _symbol_backbone_keys(net.backbone)
+        levels = len(net.fpn.laterals)
+    elif isinstance(net.backbone, ResNetV1b):
+        backbone_keys, levels = None, 0
+    else:
+        raise TypeError('GluonCV has no C4 R-CNN on a %s backbone' % type(net.backbone).__name__)
+    return {_gluoncv_key(ours, fpn, levels, backbone_keys): ours
             for ours in net._collect_params_with_prefix()}
+
+
+def _normalized(key):
+    """A file key as the table names it: no MobileNet instance number, ``batchnorm`` for the
+    ``syncbatchnorm`` of GluonCV's syncbn backbones."""
+    return _SYNC_NORM.sub(r'\1batchnorm', _INSTANCE.sub('features.mobilenet_', key))
 
 
 def convert_faster_rcnn(arrays, net, source):
     """Rename a GluonCV Faster R-CNN file's arrays to ``net``'s; ValueError on any mismatch."""
     table = rcnn_key_table(net)
-    # GluonCV's syncbn backbones name their (gluon) norm layers syncbatchnorm{k}
-    arrays = {re.sub(r'^(features\.resnetv1b_(?:\w+_)?)syncbatchnorm', r'\1batchnorm', k): v
-              for k, v in arrays.items()}
-    unknown = sorted(k for k in arrays if k not in table)
-    missing = sorted(ours for theirs, ours in table.items() if theirs not in arrays)
-    if unknown or missing:
+    named = {_normalized(k): k for k in arrays}
+    unknown = sorted(k for n, k in named.items() if n not in table)
+    missing = sorted(ours for theirs, ours in table.items() if theirs not in named)
+    if unknown or missing or len(named) < len(arrays):
         raise ValueError('%s is a GluonCV R-CNN file that does not fit this %s network: %s' % (
             source, 'FPN' if net.fpn is not None else 'C4',
             _describe([('file keys without a match', unknown),
-                       ('network parameters not in the file', missing)])))
-    converted = {table[k]: v for k, v in arrays.items()}
+                       ('network parameters not in the file', missing),
+                       ('file keys read as the same name',
+                        sorted(set(arrays) - set(named.values())))])))
+    converted = {table[n]: arrays[k] for n, k in named.items()}
     if net.fpn is not None and net.fpn.output_norms is not None:
         # GluonCV's FPN norms fix gamma at 1 (fix_gamma) whatever its file holds; ours too
         for key in converted:

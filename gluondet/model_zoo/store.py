@@ -62,6 +62,12 @@ MODEL_SHA1 = {
     'faster_rcnn_fpn_resnet50_v1b_coco': '233572743bc537291590f4edf8a0c17c14b234bb',
     'faster_rcnn_resnet101_v1d_coco': 'a465eca35e78aba6ebdf99bf52031a447e501063',
     'faster_rcnn_fpn_resnet101_v1d_coco': '1194ab4ec6e06386aadd55820add312c8ef59c74',
+    'mask_rcnn_resnet18_v1b_coco': 'e071cf1550bc0331c218a9072b59e9550595d1e7',
+    'mask_rcnn_resnet50_v1b_coco': 'a3527fdc2cee5b1f32a61e5fd7cda8fb673e86e5',
+    'mask_rcnn_resnet101_v1d_coco': '4a3249c584f81c2a9b5d852b742637cd692ebdcb',
+    'mask_rcnn_fpn_resnet18_v1b_coco': '14a922c38b0b196fdb1f7141be4666c10476f426',
+    'mask_rcnn_fpn_resnet50_v1b_coco': '1364d0afe4de575af5d4389d50c2dbf22449ceac',
+    'mask_rcnn_fpn_resnet101_v1d_coco': '89c7d8669b677a05c6eaa25375ead9a174109c69',
     # YOLOv3
     'yolo3_darknet53_voc': 'f5ece5ce1422eeca3ce2908004e469ffdf91fd41',
     'yolo3_darknet53_coco': '09767802230b45af1c27697a2dad6d1ebaacc1e2',

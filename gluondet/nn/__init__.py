@@ -7,6 +7,7 @@ from .boxops import batch_take, pairwise_iou
 from .center_net_target import CenterNetTargetGenerator
 from .coder import BoxCenterDecoder, BoxCenterEncoder, center_to_corner, corner_to_center
 from .fpn import FPN
+from .mask_target import MaskTargetGenerator
 from .matcher import BipartiteMatcher, CompositeMatcher, MaximumMatcher
 from .nms import LevelTopKNMS, MultiClassNMS, PerClassNMS, top_candidates
 from .rcnn_target import RCNNTargetGenerator, RCNNTargetSampler, RPNTargetGenerator
@@ -26,4 +27,4 @@ __all__ = ['GridAnchorGenerator', 'SSDAnchorGenerator', 'grid_anchors', 'retina_
            'RPNAnchorGenerator', 'RPNHead', 'RPNProposal', 'rpn_base_anchors',
            'RPNTargetGenerator', 'RCNNTargetSampler', 'RCNNTargetGenerator',
            'YOLOV3TargetGenerator', 'YOLOV3DynamicTarget', 'yolo3_feature_sizes',
-           'CenterNetTargetGenerator']
+           'CenterNetTargetGenerator', 'MaskTargetGenerator']

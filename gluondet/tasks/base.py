@@ -17,7 +17,7 @@ from ..deploy.runners import MXNetRunner
 from ..engine import GroupedBatchSampler
 from ..metadata import training_meta
 from ..metrics.evaluation import evaluate_voc07
-from ..model_zoo import get_model
+from ..model_zoo import get_model, get_model_info
 from ..model_zoo.pruned import apply_channels, pruned_channels
 from ..nn.sync_bn import sync_norm_layer
 
@@ -101,12 +101,17 @@ class DetectionTask:
             meta['pruned'] = {'channels': self.pruned}
         return dict(meta, **extra)
 
+    def _takes_classes(self):
+        """Whether the network is built for the data's classes (``*_custom``,
+        ``custom_mask_rcnn_fpn``: no fixed classes in the zoo)."""
+        return get_model_info(self.network).classes is None
+
     def _model_kwargs(self, ctx_list=(mx.cpu(),), **kwargs):
         """``get_model``'s arguments: ``model_kwargs``, ``kwargs``, the data's classes for a
         ``*_custom`` name; ``norm_layer='syncbn'`` becomes the synchronized BatchNorm for
         training on ``ctx_list`` (`gluondet.nn.sync_norm_layer`)."""
         kwargs = dict(self.model_kwargs, **kwargs)
-        if self.network.endswith('_custom'):
+        if self._takes_classes():
             kwargs['classes'] = self.classes
         if kwargs.get('norm_layer') == 'syncbn':
             kwargs['norm_layer'], sync_kwargs = sync_norm_layer(list(ctx_list))
@@ -155,7 +160,7 @@ class DetectionTask:
         net.initialize()
         net.load_parameters(path)
         if tuple(net.classes) != self.classes:
-            if not self.network.endswith('_custom'):
+            if not self._takes_classes():
                 raise ValueError('%s: %s predicts %s, the data has %s: use the *_custom '
                                  'network' % (what, self.network, net.classes[:3],
                                               self.classes[:3]))

@@ -79,20 +79,25 @@ class FasterRCNNTask(KeepRatioTask):
         return dataset.transform(self.train_transform())
 
     def losses(self, net, parts):
-        outputs = [[] for _ in range(10)]
-        weights = []
-        for images, sizes, labels in parts:
-            gt_boxes, gt_ids = labels[:, :, :4], labels[:, :, 4:5]
-            (rpn_scores, rpn_boxes, anchors, cls_preds, box_preds, cls_targets, box_targets,
-             box_masks) = net(images, gt_boxes, gt_ids)
-            with autograd.pause():
-                rpn_targets = self.rpn_targets(anchors, gt_boxes, gt_ids, sizes)
-            for column, value in zip(outputs, (rpn_scores, rpn_boxes) + tuple(rpn_targets) + (
-                    cls_preds, box_preds, cls_targets, box_targets, box_masks)):
-                column.append(value)
-            weights.append(_mix_weights(labels))
+        forwards = [self._forward(net, part) for part in parts]
+        return self._weighted(self.loss(*zip(*(f[0] for f in forwards))),
+                              [f[2] for f in forwards])
+
+    def _forward(self, net, part):
+        """One context's ``(images, sizes, [...,] labels)``: `RCNNLoss`'s ten inputs, the
+        network's further training outputs, the images' mix weights."""
+        images, sizes, labels = part[0], part[1], part[-1]
+        gt_boxes, gt_ids = labels[:, :, :4], labels[:, :, 4:5]
+        outputs = tuple(net(images, gt_boxes, gt_ids))
+        with autograd.pause():
+            rpn_targets = self.rpn_targets(outputs[2], gt_boxes, gt_ids, sizes)
+        return outputs[:2] + tuple(rpn_targets) + outputs[3:8], outputs[8:], _mix_weights(labels)
+
+    @staticmethod
+    def _weighted(losses, weights):
+        """Each context's losses times its images' mix weights (None: as they are)."""
         return {name: [value if w is None else value * w for value, w in zip(values, weights)]
-                for name, values in self.loss(*outputs).items()}
+                for name, values in losses.items()}
 
 
 def _blocks(block):

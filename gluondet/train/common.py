@@ -12,11 +12,11 @@ __all__ = ['build_datasets', 'pruned_model', 'gluoncv_schedule', 'StartupLog', '
 LOG = logging.getLogger('gluondet')
 
 
-def build_datasets(args):
-    """``(train, val)`` datasets of the dataset flags (`gluondet.dataset_flags`); a bad flag or
-    folder is a UserError naming it."""
+def build_datasets(args, masks=False):
+    """``(train, val)`` datasets of the dataset flags (`gluondet.dataset_flags`), with their
+    instance masks if ``masks``; a bad flag or folder is a UserError naming it."""
     try:
-        datasets = datasets_from_flags(args)
+        datasets = datasets_from_flags(args, masks=masks)
     except ValueError as err:     # DatasetError included
         raise UserError(str(err)) from None
     paths = [[ds.image_path(i) for i in range(len(ds))] for ds in datasets]

@@ -2,7 +2,8 @@
 from .darknet import DarkNet, darknet53
 from .mobilenet import MobileNet, mobilenet0_5, mobilenet0_25, mobilenet1_0
 from .resnet import ResNetV1, resnet50_v1
-from .resnet_v1b import ResNetV1b, resnet18_v1b, resnet34_v1b, resnet50_v1b, resnet101_v1b
+from .resnet_v1b import (ResNetV1b, resnet18_v1b, resnet34_v1b, resnet50_v1b, resnet101_v1b,
+                         resnet101_v1d)
 from .vgg import VGGAtrous, vgg16_atrous
 
 __all__ = ['DarkNet', 'MobileNet', 'ResNetV1', 'ResNetV1b', 'VGGAtrous', 'BACKBONES',
@@ -16,6 +17,7 @@ BACKBONES = {
     'resnet34_v1b': resnet34_v1b,
     'resnet50_v1b': resnet50_v1b,
     'resnet101_v1b': resnet101_v1b,
+    'resnet101_v1d': resnet101_v1d,
     'darknet53': darknet53,
     'mobilenet1.0': mobilenet1_0,
     'mobilenet0.5': mobilenet0_5,

@@ -1,12 +1,18 @@
-"""ResNet v1b (GluonCV's ``resnet*_v1b``) as a detection feature extractor.
+"""ResNet v1b and v1d (GluonCV's ``resnet*_v1b``, ``resnet*_v1d``) as feature extractors.
 
 The backbone of Faster R-CNN and RetinaNet. v1b differs from v1 (``resnet.py``)
 in where the stride sits (on the 3x3 convolution of a bottleneck, not the
-first 1x1) and in having no convolution biases. The layout and the attribute
+first 1x1) and in having no convolution biases. v1d is v1b with a deep stem
+(``conv1`` is three 3x3 convolutions of 32, 32 and 64 channels, the first of
+stride 2, with a norm layer and ReLU after the first two) and average-pool
+downsampling (a shortcut is a ``stride`` x ``stride`` average pool, then a 1x1
+convolution of stride 1 and a norm layer). The layout and the attribute
 names are GluonCV's ``ResNetV1b``, so the structural parameter names of a
 GluonCV ImageNet file (``conv1.weight``, ``bn1.gamma``, ``layer1.0.conv1.weight``,
-``layer2.0.downsample.0.weight``, ``layer2.0.downsample.1.running_mean``) are
-ours, and its weights load unchanged (less the classifier ``fc.*``)::
+``layer2.0.downsample.0.weight``, ``layer2.0.downsample.1.running_mean``; v1d:
+``conv1.0.weight``, ``conv1.1.gamma``, ``conv1.3.weight``, ``conv1.4.gamma``,
+``conv1.6.weight``, ``layer2.0.downsample.1.weight``, ``layer2.0.downsample.2.gamma``)
+are ours, and its weights load unchanged (less the classifier ``fc.*``)::
 
     from gluondet.model_zoo import registry
     from gluondet.model_zoo.backbones import get_backbone
@@ -22,7 +28,8 @@ Running parts of it (all work inside a parent's ``hybrid_forward`` and on NDArra
 - ``backbone(x)``: the list of the maps of ``out_stages``, in order. The forward
   stops after the last stage asked for, so ``out_stages=(3,)`` runs the stem and
   layers 1-3 only (Faster R-CNN C4), and the later layers stay available.
-- ``backbone.stem(x)``: conv1 7x7/2, bn1, relu, max pool 3x3/2 (stride 4, 64 channels).
+- ``backbone.stem(x)``: conv1 (7x7/2, or v1d's three 3x3), bn1, relu, max pool 3x3/2
+  (stride 4, 64 channels).
 - ``backbone.layer1`` .. ``backbone.layer4`` (also ``backbone.layers``): the stages as
   ``HybridSequential`` blocks, e.g. ``backbone.layer4(pooled_rois)`` as Faster R-CNN's
   "top features". A detector keeping ``backbone`` as one child gets every parameter
@@ -36,8 +43,9 @@ Selecting parameters (to freeze the stem and layer1 as GluonCV's detectors do):
 - ``backbone.stage_params('stem', 'layer1')``: a ``ParameterDict`` of those stages.
 - Structural names (``save_parameters`` keys) start with ``conv1.`` / ``bn1.`` (stem),
   ``layer1.`` .. ``layer4.``; full parameter names are the same with ``_`` for ``.``
-  after ``backbone.prefix``: ``{prefix}conv1_weight``, ``{prefix}bn1_gamma``,
-  ``{prefix}layer1_0_conv1_weight``, ``{prefix}layer2_0_downsample_1_beta``, so
+  after ``backbone.prefix``: ``{prefix}conv1_weight`` (v1d ``{prefix}conv1_0_weight``),
+  ``{prefix}bn1_gamma``, ``{prefix}layer1_0_conv1_weight``,
+  ``{prefix}layer2_0_downsample_1_beta``, so
   ``net.collect_params(re.escape(backbone.prefix) + '(conv1|bn1|layer1)_')`` selects the
   stem and layer1 (``backbone.prefix`` includes the prefixes of the blocks around it).
   Every convolution is bias-free: names ending in ``weight`` are convolutions, the rest
@@ -51,7 +59,7 @@ from mxnet import gluon
 from mxnet.gluon import nn
 
 __all__ = ['BasicBlockV1b', 'BottleneckV1b', 'ResNetV1b', 'resnet18_v1b', 'resnet34_v1b',
-           'resnet50_v1b', 'resnet101_v1b']
+           'resnet50_v1b', 'resnet101_v1b', 'resnet101_v1d']
 
 STAGES = ('stem', 'layer1', 'layer2', 'layer3', 'layer4')
 _STRIDES = (4, 8, 16, 32)
@@ -67,14 +75,16 @@ class _ResidualV1b(gluon.HybridBlock):
     """A v1b residual block: ``relu(body(x) + shortcut(x))``.
 
     The shortcut is the identity, or, when the stride or the width changes,
-    ``downsample``: a strided 1x1 convolution and a norm layer. Subclasses
+    ``downsample``: a strided 1x1 convolution and a norm layer (``avg_down``: a
+    ``stride`` x ``stride`` average pool, as GluonCV's with ``ceil_mode`` and without
+    the padding in the count, then a 1x1 convolution and a norm layer). Subclasses
     build ``body`` in ``_build`` and run it in ``_body``.
     """
 
     expansion = 1
 
     def __init__(self, in_channels, planes, stride=1, norm_layer=nn.BatchNorm, norm_kwargs=None,
-                 **kwargs):
+                 avg_down=False, **kwargs):
         super().__init__(**kwargs)
         self._norm_layer, self._norm_kwargs = norm_layer, dict(norm_kwargs or {})
         out = planes * self.expansion
@@ -83,8 +93,14 @@ class _ResidualV1b(gluon.HybridBlock):
             if stride != 1 or in_channels != out:
                 self.downsample = nn.HybridSequential(prefix='downsample_')
                 with self.downsample.name_scope():
-                    self.downsample.add(_conv(in_channels, out, 1, stride, '0_'),
-                                        self._norm(out, '1_'))
+                    if avg_down:
+                        self.downsample.add(
+                            nn.AvgPool2D(stride, stride, ceil_mode=True,
+                                         count_include_pad=False, prefix='0_'),
+                            _conv(in_channels, out, 1, 1, '1_'), self._norm(out, '2_'))
+                    else:
+                        self.downsample.add(_conv(in_channels, out, 1, stride, '0_'),
+                                            self._norm(out, '1_'))
             else:
                 self.downsample = None
 
@@ -111,6 +127,8 @@ class BasicBlockV1b(_ResidualV1b):
         Input channels, output channels, stride.
     norm_layer, norm_kwargs
         Normalization block (built as ``norm_layer(in_channels=c, **norm_kwargs)``).
+    avg_down : bool
+        Average-pool downsampling in the shortcut (v1d).
     """
 
     def _build(self, in_channels, planes, stride):
@@ -153,7 +171,7 @@ _SPECS = {18: (BasicBlockV1b, (2, 2, 2, 2)), 34: (BasicBlockV1b, (3, 4, 6, 3)),
 
 
 class ResNetV1b(gluon.HybridBlock):
-    """ResNet v1b (GluonCV's ``ResNetV1b``, not dilated, 7x7 stem) without its classifier.
+    """ResNet v1b or v1d (GluonCV's ``ResNetV1b``, not dilated) without its classifier.
 
     Parameters
     ----------
@@ -168,10 +186,18 @@ class ResNetV1b(gluon.HybridBlock):
         (``nn.BatchNorm``, ``SyncBatchNorm``, ``GroupNorm`` ...).
     norm_kwargs : dict or None
         Extra arguments of every norm layer, e.g. ``{'use_global_stats': True}``.
+    deep_stem : bool
+        ``conv1`` as three 3x3 convolutions (``stem_width``, ``stem_width``,
+        ``2 * stem_width`` channels) with norm layers and ReLUs between (v1d).
+    stem_width : int
+        Width of the deep stem (GluonCV's v1d: 32).
+    avg_down : bool
+        Average-pool downsampling in the shortcuts (v1d).
 
     Attributes
     ----------
     num_layers : int
+    deep_stem, avg_down : bool
     out_channels, out_strides : tuple of int
         Channels and stride of each output, in the order of ``out_stages``.
     layer1, layer2, layer3, layer4 : nn.HybridSequential
@@ -183,7 +209,7 @@ class ResNetV1b(gluon.HybridBlock):
     """
 
     def __init__(self, num_layers=50, out_stages=(1, 2, 3, 4), norm_layer=nn.BatchNorm,
-                 norm_kwargs=None, **kwargs):
+                 norm_kwargs=None, deep_stem=False, stem_width=32, avg_down=False, **kwargs):
         super().__init__(**kwargs)
         if num_layers not in _SPECS:
             raise ValueError('ResNetV1b: num_layers must be one of %s, got %r'
@@ -195,25 +221,43 @@ class ResNetV1b(gluon.HybridBlock):
                              'got %r' % (out_stages,))
         self._out_stages = out_stages
         self.num_layers = num_layers
+        self.deep_stem, self.avg_down = deep_stem, avg_down
         block, depths = _SPECS[num_layers]
         norm_kwargs = dict(norm_kwargs or {})
         self.out_channels = tuple(_PLANES[s - 1] * block.expansion for s in out_stages)
         self.out_strides = tuple(_STRIDES[s - 1] for s in out_stages)
+        in_channels = 2 * stem_width if deep_stem else 64
         with self.name_scope():
-            self.conv1 = _conv(3, 64, 7, 2, 'conv1_')
-            self.bn1 = norm_layer(in_channels=64, prefix='bn1_', **norm_kwargs)
+            if deep_stem:
+                self.conv1 = self._deep_stem(stem_width, norm_layer, norm_kwargs)
+            else:
+                self.conv1 = _conv(3, 64, 7, 2, 'conv1_')
+            self.bn1 = norm_layer(in_channels=in_channels, prefix='bn1_', **norm_kwargs)
             self.relu = nn.Activation('relu')
             self.maxpool = nn.MaxPool2D(3, 2, 1)
-            in_channels = 64
             for number, (planes, depth) in enumerate(zip(_PLANES, depths), start=1):
                 layer = nn.HybridSequential(prefix='layer%d_' % number)
                 with layer.name_scope():
                     for index in range(depth):
                         stride = 2 if index == 0 and number > 1 else 1
                         layer.add(block(in_channels, planes, stride, norm_layer, norm_kwargs,
-                                        prefix='%d_' % index))
+                                        avg_down, prefix='%d_' % index))
                         in_channels = planes * block.expansion
                 setattr(self, 'layer%d' % number, layer)
+
+    @staticmethod
+    def _deep_stem(width, norm_layer, norm_kwargs):
+        """v1d's conv1: GluonCV's child indices (convolutions 0, 3, 6; norm layers 1, 4)."""
+        stem = nn.HybridSequential(prefix='conv1_')
+        with stem.name_scope():
+            stem.add(_conv(3, width, 3, 2, '0_'),
+                     norm_layer(in_channels=width, prefix='1_', **norm_kwargs),
+                     nn.Activation('relu'),
+                     _conv(width, width, 3, 1, '3_'),
+                     norm_layer(in_channels=width, prefix='4_', **norm_kwargs),
+                     nn.Activation('relu'),
+                     _conv(width, 2 * width, 3, 1, '6_'))
+        return stem
 
     @property
     def layers(self):
@@ -221,7 +265,8 @@ class ResNetV1b(gluon.HybridBlock):
         return self.layer1, self.layer2, self.layer3, self.layer4
 
     def stem(self, x):
-        """conv1, bn1, relu, max pool: stride 4, 64 channels (NDArray or Symbol)."""
+        """conv1, bn1, relu, max pool: stride 4, 64 channels (``2 * stem_width`` with the deep
+        stem; NDArray or Symbol)."""
         return self.maxpool(self.relu(self.bn1(self.conv1(x))))
 
     def stage_params(self, *stages):
@@ -264,3 +309,9 @@ def resnet50_v1b(**kwargs):
 def resnet101_v1b(**kwargs):
     """ResNet-101 v1b (GluonCV weights ``resnet101_v1b``); ``kwargs`` as :class:`ResNetV1b`."""
     return ResNetV1b(101, **kwargs)
+
+
+def resnet101_v1d(**kwargs):
+    """ResNet-101 v1d (GluonCV weights ``resnet101_v1d``): the deep stem and average-pool
+    downsampling; ``kwargs`` as :class:`ResNetV1b`."""
+    return ResNetV1b(101, deep_stem=True, avg_down=True, **kwargs)
