@@ -11,6 +11,11 @@ SMALL_NETWORKS = {
     'train_faster_rcnn.py': ('faster_rcnn_fpn_resnet18_v1b_custom',
                              ['--backbone', 'resnet18_v1b', '--use-fpn', '--image-short', '128',
                               '--image-max-size', '160', '--batch-size', '2']),
+    # the syncbn network: --norm-layer syncbn synchronizes BatchNorm under horovodrun
+    'train_mask_rcnn.py': ('mask_rcnn_fpn_syncbn_resnet18_v1b_custom',
+                           ['--backbone', 'resnet18_v1b', '--norm-layer', 'syncbn',
+                            '--image-short', '128', '--image-max-size', '160',
+                            '--batch-size', '2']),
     'train_retinanet.py': ('retinanet_resnet18_v1b_custom',
                            ['--backbone', 'resnet18_v1b', '--resize', '128', '--max-size', '160',
                             '--batch-size', '2']),

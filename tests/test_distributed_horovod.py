@@ -133,8 +133,9 @@ def test_resume_on_another_number_of_processes_says_what_changes(tmp_path, demo)
         'iteration']
 
 
-# with --syncbn (SSD, RetinaNet) and --amp (SSD)
+# with --syncbn (SSD, RetinaNet; Mask R-CNN's --norm-layer syncbn) and --amp (SSD, Mask R-CNN)
 EXTRA_FLAGS = {'train_ssd.py': ['--syncbn', '--amp'], 'train_faster_rcnn.py': [],
+               'train_mask_rcnn.py': ['--amp'],
                'train_retinanet.py': ['--syncbn'],
                'train_yolo3.py': ['--syncbn', '--mixup', '--label-smooth']}
 
@@ -143,7 +144,7 @@ EXTRA_FLAGS = {'train_ssd.py': ['--syncbn', '--amp'], 'train_faster_rcnn.py': []
 def test_scripts_run_under_horovodrun_as_users_type_them(script, tmp_path):
     """``horovodrun -np 2 python scripts/X.py --horovod --backbone ...`` on demo data (SSD,
     RetinaNet and YOLOv3 with ``--syncbn``, SSD also with ``--amp``, YOLOv3 with its random
-    shapes, ``--mixup`` and ``--label-smooth``)."""
+    shapes, ``--mixup`` and ``--label-smooth``, Mask R-CNN's syncbn network with ``--amp``)."""
     need_horovod()
     name, argv = SMALL_NETWORKS[script]
     argv = argv + EXTRA_FLAGS[script]

@@ -158,6 +158,10 @@ _MASK_C4 = dict(_COCO_C4, clip=4.42, roi_size=(14, 14), rcnn_max_dets=1000)
 _MASK_FPN = dict(_COCO_FPN, clip=4.42, roi_size=(14, 14), rcnn_max_dets=1000, num_mask_convs=4)
 _MASK_FPN_SMALL = dict(_MASK_FPN, roi_size=(7, 7), num_mask_convs=2)
 _MASK_SYNCBN = dict(_MASK_FPN_SMALL, short=(640, 800))
+# gluondet's small FPN networks, to train on a CPU (as Faster R-CNN's: narrow, fewer proposals)
+_MASK_FPN_CPU = dict(_MASK_FPN_SMALL, short=600, max_size=1000, num_sample=128,
+                     **dict(_SMALL, clip=4.42, rcnn_max_dets=100, rpn_channel=128,
+                            fpn_channels=128, box_units=512, mask_channels=128))
 # GluonCV's box heads: the 14 x 14 regions pooled to 7 x 7 first; its syncbn heads' one
 # convolution has a bias, and so do their FPN convolutions beside the norm layers
 _POOLED = {'pool': True}
@@ -176,10 +180,7 @@ MASK_RCNN_ARCHS = {
     'mask_rcnn_fpn_resnet18_v1b': dict(
         backbone='resnet18_v1b', fpn=True,
         datasets={'coco': _MASK_FPN_SMALL,
-                  'custom': dict(_MASK_FPN_SMALL, short=600, max_size=1000, num_sample=128,
-                                 **dict(_SMALL, clip=4.42, rcnn_max_dets=100, rpn_channel=128,
-                                        fpn_channels=128, box_units=512,
-                                        mask_channels=128))}),
+                  'custom': _MASK_FPN_CPU}),
     'mask_rcnn_fpn_resnet50_v1b': dict(
         backbone='resnet50_v1b', fpn=True, box_head=_POOLED, datasets={'coco': _MASK_FPN}),
     'mask_rcnn_fpn_resnet101_v1d': dict(
@@ -187,7 +188,9 @@ MASK_RCNN_ARCHS = {
     # GluonCV 0.10.5 publishes no weights of these two
     'mask_rcnn_fpn_syncbn_resnet18_v1b': dict(
         backbone='resnet18_v1b', fpn=True, trainable_norm=True, fpn_bias=True,
-        box_head=_SYNCBN_HEAD, published=False, datasets={'coco': _MASK_SYNCBN}),
+        box_head=_SYNCBN_HEAD, published=False,
+        datasets={'coco': _MASK_SYNCBN,
+                  'custom': _MASK_FPN_CPU}),
     'mask_rcnn_fpn_syncbn_mobilenet1.0': dict(
         backbone='mobilenet1.0', fpn=True, trainable_norm=True, fpn_bias=True,
         box_head=dict(_POOLED, **_SYNCBN_HEAD), published=False,

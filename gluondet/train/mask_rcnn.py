@@ -19,6 +19,7 @@ GluonCV's COCO recipe on 8 GPUs::
     python scripts/train_mask_rcnn.py --network resnet50_v1b --use-fpn --dataset coco \
         --gpus 0,1,2,3,4,5,6,7 --batch-size 8
 """
+import argparse
 import logging
 
 from ..demo import COMMON_SETTINGS, Recipe
@@ -83,6 +84,7 @@ def build_parser():
     flags.add_training_args(parser, warmup_unit='iterations', scale_out=('amp',), batch_size=8,
                             epochs=None, lr=None, lr_decay_epoch=None, lr_warmup=None, wd=None,
                             save_interval=1, kv_store='nccl')
+    parser.set_defaults(dataset='coco')     # GluonCV's: instance masks come with COCO
     add('--verbose', action='store_true', help='log the names of the trainable parameters')
     add('--norm-layer', default=None, choices=['bn', 'syncbn'],
         help="unset: frozen BatchNorm in the backbone, none in the heads (GluonCV). bn or "
@@ -107,6 +109,13 @@ def build_parser():
                              '(FPN implied; --image-short and --image-max-size apply)')
     for flag, kind, default, _, text in _CUSTOM:
         custom.add_argument(flag, type=kind, default=default, help=text)
+    # GluonCV has these three under custom-model only: accepted on either side of it
+    custom.add_argument('--no-pretrained-base', dest='pretrained_base', action='store_false',
+                        default=argparse.SUPPRESS, help='as before custom-model')
+    custom.add_argument('--image-short', type=image_short, default=argparse.SUPPRESS,
+                        help='as before custom-model')
+    custom.add_argument('--image-max-size', type=int, default=argparse.SUPPRESS,
+                        help='as before custom-model')
     return parser
 
 
