@@ -14,6 +14,7 @@ from gluondet import cli
 from gluondet.data import (DatasetError, DemoDetection, KITTIDetection, RecordDetection,
                            VOCDetection, resolve_dataset, write_kitti)
 from gluondet.data.record import MAGIC, encode_label, read_index
+from gluondet.data import demo as demo_data
 from gluondet.tools import convert as convert_mod
 from gluondet.tools.convert import convert, partition, shard
 
@@ -229,6 +230,35 @@ def test_convert_command_writes_folds_shards_and_counts(bccd_root, tmp_path, cap
     # flags that do not go together: one line, exit code 1
     assert cli.main(argv[:-6] + ['--val-split', '20', '--num-partitions', '3']) == 1
     assert 'makes 2 partitions' in capsys.readouterr().err
+
+
+def test_convert_masks_writes_records_mask_rcnn_reads(tmp_path, monkeypatch, capsys):
+    """``gluondet convert --masks`` of the demo shapes: records whose masks equal the source's,
+    boxes with an unmapped class dropped with their masks."""
+    monkeypatch.setenv('GLUONDET_HOME', str(tmp_path / 'home'))
+    monkeypatch.setitem(demo_data.DEFAULT_NUM_IMAGES, 'train', 6)
+    prefix = str(tmp_path / 'shapes')
+    assert cli.main(['convert', '--dataset', 'demo', '--masks', '--partition-mode', 'sequence',
+                     '-o', prefix]) == 0
+    capsys.readouterr()
+    source = DemoDetection('train', num_images=6, masks=True, root=str(tmp_path / 'home' / 'demo'))
+    records = RecordDetection(prefix + '-fold-000-of-001-shard-00000-of-00001.rec', masks=True)
+    assert len(records) == len(source)
+    for i in range(len(source)):
+        size = source.image_size(i)
+        np.testing.assert_array_equal(records.label(i), source.label(i))
+        np.testing.assert_array_equal(records.masks(i).bitmaps(size[1], size[0]),
+                                      source.masks(i).bitmaps(size[1], size[0]))
+    kept = convert(source, str(tmp_path / 'circles'), 'sequence',
+                   class_mapping={'circle': 'circle'})
+    circles = RecordDetection(str(tmp_path / 'circles') + '-fold-000-of-001-shard-*.rec',
+                              masks=True)
+    assert kept['classes'] == ['circle']
+    for i in range(len(circles)):
+        mine = source.label(i)[:, 4] == 0
+        size = source.image_size(i)
+        np.testing.assert_array_equal(circles.masks(i).bitmaps(size[1], size[0]),
+                                      source.masks(i)[mine].bitmaps(size[1], size[0]))
 
 
 def test_class_mapping_many_to_one(bccd_val, tmp_path):

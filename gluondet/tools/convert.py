@@ -148,7 +148,8 @@ def convert(dataset, prefix, partition_mode='random', num_partitions=None, val_s
     ----------
     dataset : DetectionDataset
         The source (without a transform); images are read as the bytes of
-        ``image_path(i)`` (or ``encoded_image(i)``), labels with ``label(i)``.
+        ``image_path(i)`` (or ``encoded_image(i)``), labels with ``label(i)``, and with
+        ``with_masks`` each box's mask with ``masks(i)`` (written as RLE beside its box).
     prefix : str
         Output path prefix; its folder is made if missing.
     partition_mode, num_partitions, val_split, seed
@@ -195,7 +196,7 @@ def convert(dataset, prefix, partition_mode='random', num_partitions=None, val_s
                 writer = RecordWriter(path)
                 writers.append(writer)
                 for idx in part:
-                    label = _mapped(dataset, idx, id_map, report)
+                    label, kept = _mapped(dataset, idx, id_map, report)
                     size = dataset.image_size(idx)
                     where = dataset.image_path(idx)
                     try:
@@ -214,7 +215,8 @@ def convert(dataset, prefix, partition_mode='random', num_partitions=None, val_s
                             raise error
                         report.skip_image(error.reason or 'bad_image', str(error))
                         continue
-                    writer.add(data, label, *size)
+                    writer.add(data, label, *size, masks=dataset.masks(idx)[kept]
+                               if dataset.with_masks else None)
                     images += 1
                     background += not len(label)
                     counts.update(output_classes[int(c)] for c in label[:, 4])
@@ -252,7 +254,8 @@ def convert(dataset, prefix, partition_mode='random', num_partitions=None, val_s
 
 
 def _mapped(dataset, idx, id_map, report):
-    """Item ``idx``'s label with the output class ids; dropped classes counted."""
+    """Item ``idx``'s label with the output class ids (dropped classes counted), and which
+    of its rows were kept."""
     label = dataset.label(idx)
     ids = id_map[label[:, 4].astype(np.int64)]
     for row in label[ids < 0]:
@@ -260,7 +263,7 @@ def _mapped(dataset, idx, id_map, report):
                                                       dataset.classes[int(row[4])]))
     label = label[ids >= 0]
     label[:, 4] = ids[ids >= 0]
-    return label
+    return label, ids >= 0
 
 
 def _role(fold, folds, val_split):
@@ -316,6 +319,9 @@ def add_arguments(parser):
         help='skip: bad records are counted and left out; raise: the first one stops')
     add('--no-verify', dest='verify', action='store_false',
         help='do not decode each image before writing it')
+    add('--masks', action='store_true',
+        help="write each box's instance mask too (coco data with segmentations, the demo): "
+             'records Mask R-CNN trains on')
 
 
 def run(args):
@@ -328,7 +334,7 @@ def run(args):
                               on_error=args.on_error, **dict(source, class_mapping=None),
                               allow_missing_classes=args.allow_missing_classes or bool(mapping),
                               skip_empty=args.skip_empty,
-                              background_images=args.background_images)
+                              background_images=args.background_images, masks=args.masks)
     names = {'root': 'dataset_root'}      # the summary's keys, as the flags' dests were
     settings = {names.get(k, k): v for k, v in dict(source, classes=args.classes or None).items()
                 if v is not None and k != 'class_mapping'}
