@@ -96,7 +96,9 @@ def run_demo(output_dir='demo_out', detector='ssd', epochs=None, num_train=NUM_T
     metrics = dict(result.metrics)
     print('demo: %s trained from scratch for %d epochs in %.1f min; detections drawn in %s'
           % (recipe.network, epochs, minutes, preview))
-    print('demo: VOC07 mAP %.4f on %d val images' % (metrics['mAP'], num_val))
+    masks = ', mask AP %.4f, mask AP50 %.4f (COCO)' % (metrics['mask_AP'], metrics['mask_AP50']) \
+        if 'mask_AP' in metrics else ''
+    print('demo: VOC07 mAP %.4f on %d val images%s' % (metrics['mAP'], num_val, masks))
     return metrics
 
 

@@ -23,15 +23,14 @@ import dataclasses
 import glob
 import os
 
-import numpy as np
-
 from .deploy.predictor import Predictor
 from .deploy.sources import ModelSource
+from .detections import MASK_THRESHOLD, MASKS
 from .inference_flags import NMS_OPTIONS, VIEW_DEFAULTS, nms_keywords
 from .metadata import read_json
 from .model_formats import export_path, source_kind
 from .model_zoo import get_model_info
-from .visualize import draw_boxes, save_image
+from .visualize import draw_detections, save_image
 
 __all__ = ['Detector', 'Results']
 
@@ -64,7 +63,8 @@ class Results:
     detections : Detections
         All of them as one :class:`~gluondet.detections.Detections`, with every field the
         model and the stages gave (``boxes``, ``scores``, ``class_ids`` and ``track_ids``
-        read it).
+        read it; a Mask R-CNN's ``masks``, each an ``M x M`` grid of probabilities over its
+        box: :meth:`masks` pastes them into the image).
     """
 
     def __init__(self, source, frame, image, detections, names, time=None):
@@ -101,31 +101,37 @@ class Results:
         """The class name of each detection."""
         return [self.names[i] for i in self.class_ids]
 
+    def masks(self, threshold=MASK_THRESHOLD):
+        """The detections' masks in the image: ``N x H x W`` uint8, 1 where a detection's
+        probability is above ``threshold`` (:meth:`Detections.pasted_masks
+        <gluondet.detections.Detections.pasted_masks>`), or None for a model without masks."""
+        if MASKS not in self.detections.grid_fields:
+            return None
+        return self.detections.pasted_masks(self.image.shape[1::-1], threshold)
+
     def to_list(self):
         """One dict per detection: ``box`` (xyxy), ``score``, ``class_id``, ``name``, then its
-        other fields (``track_id`` when tracking)."""
+        other fields (``track_id`` when tracking; a mask as ``segmentation``, its COCO
+        compressed RLE in the image)."""
         return [dict({'box': box, 'score': score, 'class_id': cls, 'name': self.names[cls]},
                      **others)
                 for box, score, cls, others in zip(self.boxes.tolist(), self.scores.tolist(),
                                                    self.class_ids.tolist(),
-                                                   self.detections.other_fields())]
+                                                   self.detections.other_fields(
+                                                       self.image.shape[1::-1]))]
 
     def plot(self, conf=0.0):
-        """The image with the boxes scoring at least ``conf`` drawn (class, score, track id).
+        """The image with the boxes scoring at least ``conf`` drawn (class, score, track id)
+        in their class's colour, and their masks filled in it.
 
         Returns
         -------
         numpy.ndarray
             ``H x W x 3`` uint8 RGB.
         """
-        names = list(self.names)
-        if self.track_ids is not None:      # a name per detection: class and track
-            names = ['%s #%d' % (self.names[c], t) if t >= 0 else self.names[c]
-                     for c, t in zip(self.class_ids, self.track_ids)]
-            return draw_boxes(self.image, self.boxes, np.arange(len(self)), self.scores, names,
-                              threshold=conf)
-        return draw_boxes(self.image, self.boxes, self.class_ids, self.scores, names,
-                          threshold=conf)
+        labels = None if self.track_ids is None else ['#%d' % t if t >= 0 else ''
+                                                      for t in self.track_ids]
+        return draw_detections(self.image, self.detections, self.names, conf, labels)
 
     def save(self, path, conf=0.0):
         """Write :meth:`plot` to ``path`` (the format from its extension; atomically).

@@ -5,6 +5,10 @@ import os
 import cv2
 import numpy as np
 
+from .detections import MASKS, PASTE_CHUNK
+
+MASK_ALPHA = 0.5    # opacity of a mask's fill
+
 
 def class_colors(num_classes):
     """Distinct RGB colours, one per class, stable across calls."""
@@ -41,13 +45,12 @@ def draw_boxes(image, boxes, ids=None, scores=None, class_names=None, threshold=
     boxes = _as_numpy(boxes).reshape(-1, 4)
     ids = np.zeros(len(boxes)) if ids is None else _as_numpy(ids).reshape(-1)
     scores = None if scores is None else _as_numpy(scores).reshape(-1)
-    num_classes = len(class_names) if class_names else int(ids.max(initial=0)) + 1
-    colors = class_colors(max(num_classes, 1))
+    colors = _colors(ids, class_names)
     for i, box in enumerate(boxes):
         cls = int(ids[i])
         if cls < 0 or (scores is not None and scores[i] < threshold):
             continue
-        color = colors[cls % len(colors)]
+        color = colors[i]
         x1, y1, x2, y2 = [int(round(v)) for v in box]
         cv2.rectangle(canvas, (x1, y1), (x2, y2), color, thickness)
         text = class_names[cls] if class_names and cls < len(class_names) else str(cls)
@@ -57,6 +60,53 @@ def draw_boxes(image, boxes, ids=None, scores=None, class_names=None, threshold=
             text += ' %.2f' % scores[i]
         _label(canvas, text, x1, y1, color)
     return canvas
+
+
+def draw_detections(image, detections, class_names=None, threshold=0.0, labels=None,
+                    thickness=2):
+    """`draw_boxes` of a :class:`~gluondet.detections.Detections`: its detections scoring at
+    least ``threshold``, each with its mask filled translucently in its box's colour when it
+    has a ``masks`` grid field (only the drawn ones are pasted).
+
+    Parameters
+    ----------
+    image : numpy.ndarray or mx.nd.NDArray
+        H x W x 3 uint8 RGB image, the detections' (their boxes in its pixels).
+    detections : Detections
+    class_names, threshold, thickness
+        As `draw_boxes`'.
+    labels : sequence of str, optional
+        One text per detection, drawn after its class name (track ids).
+
+    Returns
+    -------
+    numpy.ndarray
+        H x W x 3 uint8 RGB image.
+    """
+    image = image.asnumpy() if hasattr(image, 'asnumpy') else np.asarray(image)
+    canvas = np.ascontiguousarray(image, dtype=np.uint8).copy()
+    rows = np.flatnonzero((detections.ids >= 0) & (detections.scores >= threshold))
+    shown = detections[rows]
+    if MASKS in shown.grid_fields:
+        colors = np.array(_colors(shown.ids, class_names), np.float32)
+        for start in range(0, len(shown), PASTE_CHUNK):      # pasted a chunk at a time
+            part = slice(start, start + PASTE_CHUNK)
+            for mask, color in zip(shown[part].pasted_masks(canvas.shape[1::-1]),
+                                   colors[part]):
+                inside = mask.astype(bool)
+                canvas[inside] = np.round((1 - MASK_ALPHA) * canvas[inside]
+                                          + MASK_ALPHA * color).astype(np.uint8)
+    return draw_boxes(canvas, shown.boxes, shown.ids, shown.scores, class_names, threshold,
+                      thickness, None if labels is None else [labels[i] for i in rows])
+
+
+def _colors(ids, class_names):
+    """The colour of each row's class (`class_colors` of the classes named, or of as many as
+    the largest id needs)."""
+    ids = np.asarray(ids).reshape(-1)
+    num_classes = len(class_names) if class_names else int(ids.max(initial=0)) + 1
+    colors = class_colors(max(num_classes, 1))
+    return [colors[int(cls) % len(colors)] for cls in ids]
 
 
 def _label(canvas, text, x, y, color):

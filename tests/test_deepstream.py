@@ -199,3 +199,23 @@ def test_a_model_without_gluondet_metadata_is_refused(tmp_path):
     del model.metadata_props[:]
     with pytest.raises(ValueError, match='records no classes'):
         nvinfer_properties(model, 'm.onnx', source='m.onnx')
+
+
+def test_mask_rcnn_config_is_instance_segmentation(tmp_path):
+    """An exported Mask R-CNN: nvinfer's instance segmentation (network-type 3, instance
+    masks, gluondet's paste threshold), its four outputs named."""
+    from gluondet.deploy import export_onnx
+    from gluondet.model_zoo import get_model
+    net = get_model('mask_rcnn_fpn_resnet18_v1b_custom', classes=['a', 'b'],
+                    pretrained_base=False, short=64, max_size=96)
+    net.initialize()
+    path = str(tmp_path / 'mask.onnx')
+    export_onnx(net, path, (64, 96))
+    files = write_deepstream_config(path)
+    config = read_config(files[0])
+    assert_documented(config)
+    prop = config['property']
+    assert (prop['network-type'], prop['output-instance-mask']) == ('3', '1')
+    assert prop['output-blob-names'] == 'ids;scores;boxes;masks'
+    assert float(prop['segmentation-threshold']) == 0.5
+    assert 'parse-bbox-instance-mask-func-name' in open(files[0]).read()

@@ -44,6 +44,15 @@ def test_demo_recipe_reaches_map_0_9_from_scratch(tmp_path, detector, learning_b
     learning_bar(metrics['mAP'], 0.9)
 
 
+@pytest.mark.learning(minutes=12)
+def test_mask_rcnn_recipe_reaches_box_map_0_9_and_mask_ap50_0_8(tmp_path, learning_bar):
+    """The Mask R-CNN recipe: VOC07 box mAP and COCO mask AP50 (pycocotools' numbers) of the
+    shapes' masks on the demo val images."""
+    metrics = demo.run_demo(str(tmp_path), 'mask_rcnn')
+    learning_bar(metrics['mAP'], 0.9)
+    learning_bar(metrics['mask_AP50'], 0.8, metric='mask_AP50')
+
+
 @pytest.mark.learning(minutes=6)
 def test_ssd_recipe_reaches_map_0_9_and_tracks_shapes_in_a_video(tmp_path, learning_bar):
     """``make demo``'s recipe, float32, its 20 epochs; then its model tracks the shapes of a

@@ -6,6 +6,7 @@ import json
 import os
 
 from ..data import DATASETS, COCODetection, resolve_dataset
+from ..detections import MASKS
 from ..data.preprocess import input_range
 from ..files import remove_if_exists, writer
 from ..metrics import COCODetectionMetric
@@ -307,7 +308,8 @@ def evaluate_model(model, dataset, dataset_root=None, split=None, annotation_fil
     """Evaluate a model on a dataset and print the results.
 
     Prints the VOC07 mAP (IoU 0.5, 11-point; or ``iou_thresh`` and ``ap``) with each
-    class's AP and, for COCO data, the 12 COCO box numbers. With ``plots``, draws the
+    class's AP and, for COCO data, the 12 COCO box numbers; for a model with masks (Mask
+    R-CNN) on COCO or demo data, the 12 COCO mask numbers too. With ``plots``, draws the
     pictures of :func:`gluondet.plots.evaluation_plots` from the same VOC metric.
 
     Parameters
@@ -341,8 +343,8 @@ def evaluate_model(model, dataset, dataset_root=None, split=None, annotation_fil
     -------
     dict
         ``mAP`` and ``AP/<class>`` (VOC07), and for COCO data ``coco`` (the 12
-        numbers by name); with ``plots``, ``plots``: ``{file: what it shows}`` (the APs
-        drawn, the confusion matrix).
+        numbers by name) and with masks ``coco_masks`` (the mask AP's 12); with ``plots``,
+        ``plots``: ``{file: what it shows}`` (the APs drawn, the confusion matrix).
     """
     if dataset not in DATASETS:     # resolve_dataset's names, demo included
         raise ValueError('dataset must be one of %s, got %r' % (', '.join(DATASETS), dataset))
@@ -351,9 +353,12 @@ def evaluate_model(model, dataset, dataset_root=None, split=None, annotation_fil
         require_matplotlib()    # before the evaluation, not after it
     source = ModelSource.of(model, **model_source)
     predictor = wrap(Predictor.from_model(source, nms=nms), views, batch_size)
+    masked = MASKS in predictor.grid_fields and dataset in ('coco', 'demo')   # a COCO truth
     data = resolve_dataset(dataset, dataset_root, split, predictor.classes, annotation_file,
-                           image_root, records=records, class_mapping=class_mapping)
-    coco = COCODetectionMetric(data) if isinstance(data, COCODetection) else None
+                           image_root, records=records, class_mapping=class_mapping,
+                           masks=masked and dataset == 'demo')
+    coco = COCODetectionMetric(data, masks=masked) if masked or isinstance(
+        data, COCODetection) else None
     voc = voc_metric(predictor.classes, iou_thresh, ap)
     confusion = (ConfusionMatrix(len(predictor.classes), iou_thresh, confusion_score)
                  if plots else None)
@@ -369,6 +374,9 @@ def evaluate_model(model, dataset, dataset_root=None, split=None, annotation_fil
         coco.get()
         result['coco'] = dict(coco.stats)
         print('COCO box metrics:\n' + format_summary(coco.stats))
+        if masked:
+            result['coco_masks'] = dict(coco.segm_stats)
+            print('COCO mask metrics:\n' + format_summary(coco.segm_stats))
     if plots:
         from ..plots import evaluation_plots
         result['plots'] = evaluation_plots(voc, confusion, plots, '%s AP, IoU %g, %d images' % (

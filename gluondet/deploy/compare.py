@@ -11,8 +11,8 @@ from ..nn.roi import roi_rows
 from .postprocess import by_kind, postprocess_of
 from .symbol import ssd_body
 
-__all__ = ['DetectionComparison', 'compare_detections', 'detecting_random_weights',
-           'DETECTING']
+__all__ = ['DetectionComparison', 'compare_detections', 'MaskComparison', 'compare_masks',
+           'MaskAgreement', 'mask_agreement', 'detecting_random_weights', 'DETECTING']
 
 #: {post-processing kind: ``(net, x, class_std, max_gap)``, scaling its predictors for
 #: `detecting_random_weights`} (:mod:`gluondet.deploy.postprocess`)
@@ -84,11 +84,18 @@ def compare_detections(a, b, min_score=0.05, score_tol=1e-4, box_tol=1e-2):
     -------
     DetectionComparison
     """
+    return _paired(a, b, min_score, score_tol, box_tol)[0]
+
+
+def _paired(a, b, min_score, score_tol, box_tol):
+    """:func:`compare_detections`' result, and its compared pairs ``(image, row in a, row
+    in b)``."""
     a, b = _as_numpy(a), _as_numpy(b)
     if a[0].shape[0] != b[0].shape[0]:
         raise ValueError('compare_detections: batches of %d and %d images'
                          % (a[0].shape[0], b[0].shape[0]))
-    compared = missing_a = missing_b = 0
+    pairs = []
+    missing_a = missing_b = 0
     max_score = max_box = 0.0
     for image in range(a[0].shape[0]):
         ids_a, ids_b = a[0][image], b[0][image]
@@ -107,15 +114,162 @@ def compare_detections(a, b, min_score=0.05, score_tol=1e-4, box_tol=1e-2):
                     continue
                 free_a[i] = free_b[j] = False
                 if score_a[i] >= min_score or score_b[j] >= min_score:
-                    compared += 1
+                    pairs.append((image, ia[i], ib[j]))
                     max_score = max(max_score, score_diff[i, j])
                     max_box = max(max_box, box_diff[i, j])
             missing_in_b = int(np.sum(free_a & (score_a >= min_score)))
             missing_in_a = int(np.sum(free_b & (score_b >= min_score)))
             missing_b += missing_in_b
             missing_a += missing_in_a
-    return DetectionComparison(compared, missing_a, missing_b, float(max_score), float(max_box),
-                               score_tol, box_tol)
+    result = DetectionComparison(len(pairs), missing_a, missing_b, float(max_score),
+                                 float(max_box), score_tol, box_tol)
+    return result, pairs
+
+
+class MaskComparison(namedtuple('MaskComparison', [
+        'detections', 'max_mask_diff', 'mean_iou', 'min_iou', 'mask_tol'])):
+    """What :func:`compare_masks` found.
+
+    detections : the :class:`DetectionComparison` of the two outputs (whose compared pairs'
+    masks are compared).
+    max_mask_diff : largest ``|probability difference|`` over the pairs' ``M x M`` masks.
+    mean_iou, min_iou : IoU of the pairs' masks pasted into the input
+    (:func:`gluondet.masks.paste`, at the threshold), their mean and the least (1 without
+    pairs; two empty masks agree: 1).
+    mask_tol : the tolerance ``ok`` checks.
+    """
+
+    __slots__ = ()
+
+    @property
+    def ok(self):
+        """The detections are ``ok`` and every pair's masks within ``mask_tol``."""
+        return self.detections.ok and self.max_mask_diff <= self.mask_tol
+
+    def __str__(self):
+        return '%s; masks: max diff %.3g (tol %.3g), IoU mean %.4f, min %.4f' % (
+            self.detections, self.max_mask_diff, self.mask_tol, self.mean_iou, self.min_iou)
+
+
+def compare_masks(a, b, image_size, min_score=0.05, score_tol=1e-4, box_tol=1e-2,
+                  mask_tol=1e-4, threshold=0.5):
+    """Pair two Mask R-CNN outputs as :func:`compare_detections` does and compare the
+    pairs' masks.
+
+    Parameters
+    ----------
+    a, b : (ids, scores, boxes, masks)
+        Outputs of a batch (NDArray or numpy), ``masks`` ``B x K x M x M`` probabilities
+        over each box (input pixels).
+    image_size : (int, int)
+        ``(width, height)`` of the input, where the masks are pasted for their IoU.
+    min_score, score_tol, box_tol
+        As :func:`compare_detections`.
+    mask_tol : float
+        Tolerance of :attr:`MaskComparison.ok` on the probabilities.
+    threshold : float
+        Pasted masks are where the probability is above it.
+
+    Returns
+    -------
+    MaskComparison
+    """
+    detections, pairs = _paired(a[:3], b[:3], min_score, score_tol, box_tol)
+    max_diff, ious = _mask_pairs(a, b, pairs, image_size, threshold)
+    ious = ious if len(ious) else [1.0]
+    return MaskComparison(detections, max_diff, float(np.mean(ious)), float(np.min(ious)),
+                          mask_tol)
+
+
+class MaskAgreement(namedtuple('MaskAgreement', [
+        'reference', 'matched', 'mean_box_iou', 'mean_iou', 'min_iou'])):
+    """What :func:`mask_agreement` found.
+
+    reference : the reference detections scoring ``>= min_score``.
+    matched : those with a detection of their class in the other output at a box IoU of
+    ``iou_thresh`` or more.
+    mean_box_iou : the matched pairs' mean box IoU.
+    mean_iou, min_iou : their masks' IoU pasted into the input, mean and least (1 without
+    pairs).
+    """
+
+    __slots__ = ()
+
+    def __str__(self):
+        return ('%d of %d reference detections matched (box IoU mean %.4f); masks: IoU mean '
+                '%.4f, min %.4f' % (self.matched, self.reference, self.mean_box_iou,
+                                    self.mean_iou, self.min_iou))
+
+
+def mask_agreement(reference, other, image_size, min_score=0.3, iou_thresh=0.5, threshold=0.5):
+    """How far another run of a Mask R-CNN (an int8 model) agrees with a reference run
+    (the float network), where their detections differ beyond :func:`compare_masks`'
+    tolerances: each reference detection scoring ``>= min_score``, best first, is matched
+    to the other's unmatched detection of its class with the largest box IoU, if at least
+    ``iou_thresh``; the matched pairs' masks are pasted into the input (``image_size``,
+    ``(width, height)``; kept above ``threshold``) and compared by IoU.
+
+    Parameters
+    ----------
+    reference, other : (ids, scores, boxes, masks)
+        As :func:`compare_masks`' outputs.
+
+    Returns
+    -------
+    MaskAgreement
+    """
+    (ids_r, scores_r, boxes_r), (ids_o, _, boxes_o) = (_as_numpy(o[:3]) for o in (reference,
+                                                                                  other))
+    pairs, box_ious = [], []
+    for image in range(ids_r.shape[0]):
+        free = ids_o[image] >= 0
+        for row in np.argsort(-scores_r[image], kind='stable'):
+            if ids_r[image, row] < 0 or scores_r[image, row] < min_score:
+                continue
+            candidates = np.flatnonzero(free & (ids_o[image] == ids_r[image, row]))
+            if not len(candidates):
+                continue
+            ious = _box_iou(boxes_r[image, row], boxes_o[image, candidates])
+            best = int(np.argmax(ious))
+            if ious[best] >= iou_thresh:
+                free[candidates[best]] = False
+                pairs.append((image, row, candidates[best]))
+                box_ious.append(ious[best])
+    count = int(sum((ids_r >= 0).ravel() & (scores_r >= min_score).ravel()))
+    ious = _mask_pairs(reference, other, pairs, image_size, threshold)[1]
+    ious = ious if len(ious) else [1.0]
+    return MaskAgreement(count, len(pairs), float(np.mean(box_ious or [1.0])),
+                         float(np.mean(ious)), float(np.min(ious)))
+
+
+def _box_iou(box, boxes):
+    """IoU of one corner box with ``N x 4`` boxes (areas without the +1)."""
+    low, high = np.maximum(box[:2], boxes[:, :2]), np.minimum(box[2:], boxes[:, 2:])
+    inter = np.prod(np.clip(high - low, 0, None), axis=1)
+    areas = np.prod(np.clip(boxes[:, 2:] - boxes[:, :2], 0, None), axis=1)
+    union = np.prod(np.clip(box[2:] - box[:2], 0, None)) + areas - inter
+    return np.where(union > 0, inter / np.maximum(union, 1e-12), 0.0)
+
+
+def _mask_pairs(a, b, pairs, image_size, threshold):
+    """Largest probability difference of the ``(image, row in a, row in b)`` pairs'
+    masks, and the IoU of each pair's masks pasted into the input."""
+    from ..masks import paste
+    (_, _, boxes_a), (_, _, boxes_b) = _as_numpy(a[:3]), _as_numpy(b[:3])
+    masks_a, masks_b = (np.asarray(m.asnumpy() if hasattr(m, 'asnumpy') else m, np.float32)
+                        for m in (a[3], b[3]))
+    max_diff, ious = 0.0, []
+    for start in range(0, len(pairs), 32):      # 32 pasted pairs at once bound the memory
+        image, rows_a, rows_b = np.array(pairs[start:start + 32]).reshape(-1, 3).T
+        one, other = masks_a[image, rows_a], masks_b[image, rows_b]
+        max_diff = max(max_diff, float(np.abs(one - other).max()))
+        pasted = [paste(m, boxes[image, rows].astype(np.float32), image_size, threshold)
+                  .reshape(len(image), -1) for m, boxes, rows in ((one, boxes_a, rows_a),
+                                                                  (other, boxes_b, rows_b))]
+        inter = (pasted[0] & pasted[1]).sum(axis=1)
+        union = (pasted[0] | pasted[1]).sum(axis=1)
+        ious.extend(np.where(union > 0, inter / np.maximum(union, 1), 1.0))
+    return max_diff, np.array(ious)
 
 
 def detecting_random_weights(net, x, seed=0, class_std=2.0, max_gap=6.0):
@@ -135,8 +289,8 @@ def detecting_random_weights(net, x, seed=0, class_std=2.0, max_gap=6.0):
 
     How the predictors are scaled is the post-processing kind's
     (:data:`DETECTING`): :func:`softmax_detecting`,
-    :func:`sigmoid_detecting`, :func:`rcnn_detecting`, :func:`yolo3_detecting`,
-    :func:`center_net_detecting`.
+    :func:`sigmoid_detecting`, :func:`rcnn_detecting`, :func:`mask_rcnn_detecting`,
+    :func:`yolo3_detecting`, :func:`center_net_detecting`.
 
     Parameters
     ----------
@@ -261,6 +415,24 @@ def rcnn_detecting(net, x, class_std, max_gap):
         _fit(net.class_predictor, net.class_predictor(box_feat).asnumpy(), class_std,
              gap=max_gap)
         _fit(net.box_predictor, net.box_predictor(box_feat).asnumpy(), 1, 4)
+
+
+@by_kind(DETECTING, 'mask_rcnn')
+def mask_rcnn_detecting(net, x, class_std, max_gap):
+    """The ``mask_rcnn`` part of :func:`detecting_random_weights` (Mask R-CNN's):
+    :func:`rcnn_detecting`, then the mask predictor's logits on the detections centred on
+    their mean (per class) and scaled to std ``class_std``, at most ``max_gap / 2`` from 0:
+    masks of probabilities between about 0.05 and 0.95 (none all 0 or all 1, and none
+    saturated, where a runtime's rounding would not show)."""
+    rcnn_detecting(net, x, class_std, max_gap)
+    predictor = net.mask.mask
+    found = []
+    hook = predictor.register_forward_hook(lambda block, inputs, out: found.append(out))
+    with autograd.predict_mode():
+        net(x)
+    hook.detach()
+    logits = found[0].transpose((0, 2, 3, 1)).reshape((-1, predictor.weight.shape[0]))
+    _fit(predictor, logits.asnumpy(), class_std, max_gap / 2)
 
 
 @by_kind(DETECTING, 'yolo3')

@@ -41,6 +41,7 @@ import textwrap
 import numpy as np
 
 from ..data.preprocess import input_range, preprocessing_from_metadata
+from ..detections import MASK_THRESHOLD
 from ..files import atomic_write
 from ..optional import require
 from .postprocess import postprocess_from_metadata
@@ -161,12 +162,31 @@ def nvinfer_properties(model, onnx_file, engine_file=None, precision='fp32',
     properties += [
         ('num-detected-classes', len(classes), None),
         ('infer-dims', '%d;%d;%d' % tuple(dims[1:]), size_note),
-        ('network-type', 0, 'detector'),
-        ('output-blob-names', ';'.join(outputs),
-         'ids, scores: B x K x 1 (id -1 on padding rows); boxes: B x K x 4, xmin ymin xmax '
-         "ymax in network-input pixels. DeepStream's built-in parsers do not read these: set "
-         'parse-bbox-func-name and custom-lib-path to a parser of them, or output-tensor-meta=1 '
-         'and read the tensors in a probe'),
+    ]
+    masks = 'masks' in meta.get('grid_fields', ())
+    if masks:       # Mask R-CNN: each detection's M x M mask over its box
+        properties += [
+            ('network-type', 3, 'instance segmentation'),
+            ('output-instance-mask', 1, None),
+            ('segmentation-threshold', MASK_THRESHOLD,
+             'a pixel is inside where its mask probability reaches this (gluondet pastes '
+             'masks at it)'),
+            ('output-blob-names', ';'.join(outputs),
+             'ids, scores: B x K x 1 (id -1 on padding rows); boxes: B x K x 4, xmin ymin '
+             "xmax ymax in network-input pixels; masks: B x K x %s, each detection's "
+             "probabilities on a grid over its box (as DeepStream's instance masks). Its "
+             'built-in parsers do not read these: set parse-bbox-instance-mask-func-name and '
+             'custom-lib-path to a parser of them, or output-tensor-meta=1 and read the '
+             'tensors in a probe' % 'x'.join(map(str, meta.get('mask_size', ('M', 'M')))))]
+    else:
+        properties += [
+            ('network-type', 0, 'detector'),
+            ('output-blob-names', ';'.join(outputs),
+             'ids, scores: B x K x 1 (id -1 on padding rows); boxes: B x K x 4, xmin ymin xmax '
+             "ymax in network-input pixels. DeepStream's built-in parsers do not read these: "
+             'set parse-bbox-func-name and custom-lib-path to a parser of them, or '
+             'output-tensor-meta=1 and read the tensors in a probe')]
+    properties += [
         ('cluster-mode', CLUSTER_NONE, 'no clustering: the model ends with its own %s%s'
          % ('post-processing' if post and not post.has_nms else 'NMS',
             ' (%s)' % post.description if post else '')),

@@ -11,7 +11,9 @@ glob, a video file, a camera, a stream URL. Outputs:
   1-based index into the model's classes. ``bbox`` is written with
   :func:`gluondet.data.coco.xyxy_to_coco` (``[xmin, ymin, xmax - xmin + 1, ymax - ymin +
   1]``, as GluonCV writes detections), the inverse of how gluondet and GluonCV read COCO
-  boxes, so reading the results back gives the detected boxes. Beside it,
+  boxes, so reading the results back gives the detected boxes. A model with masks (Mask
+  R-CNN) adds ``segmentation``: the mask pasted in the image (:func:`gluondet.masks.paste`,
+  above 0.5) as a compressed RLE ``{size: [height, width], counts: str}``. Beside it,
   ``detections_images.json``: a COCO dataset file (``images`` with id, file name relative to
   the images' folder, width and height; ``categories``; no annotations) naming those ids, so
   that ``COCO('detections_images.json').loadRes('detections.json')`` works.
@@ -20,7 +22,9 @@ glob, a video file, a camera, a stream URL. Outputs:
   ``{"frame": index, "time": seconds or null, "source": video or image file, "width",
   "height", "detections": [{"bbox": [xmin, ymin, xmax, ymax], "score", "class_id",
   "class", "track_id"}]}``: boxes in the frame's pixels (0.01 px), ``class_id`` the 0-based
-  index into the model's classes, ``track_id`` with ``track`` only (-1: not tracked).
+  index into the model's classes, ``track_id`` with ``track`` only (-1: not tracked),
+  ``segmentation`` for a model with masks (the COCO results' RLE), then any other field of
+  the model's.
   ``frame`` and ``time`` are those of :class:`~gluondet.deploy.streams.Frame`.
 - ``--kitti-labels DIR``: a file per image, ``{image stem}.txt``, or per frame,
   ``{video stem}_{frame:06d}.txt`` (empty if nothing was found), a line per detection,
@@ -28,7 +32,7 @@ glob, a video file, a camera, a stream URL. Outputs:
   clipped to the image, spaces in class names as ``_``.
 - ``--visualize DIR``: each image under its own file name, or each frame as
   ``{stem}_{frame:06d}.jpg``, with the boxes scoring at least ``--threshold``, class
-  names, track ids and scores drawn.
+  names, track ids and scores drawn, and their masks filled in their boxes' colours.
 - ``--save-video FILE`` (``.mp4``, or ``.avi`` for Motion JPEG), for a video, camera or
   stream: the frames drawn so, at the source's size and frame rate (divided by the stride).
 
@@ -52,7 +56,7 @@ from tqdm import tqdm
 from ..data.kitti import check_unique_stems
 from ..files import atomic_write, naming, remove_if_exists
 from ..inference_flags import TRACK_SETTINGS
-from ..visualize import draw_boxes, save_image
+from ..visualize import draw_detections, save_image
 from .predictor import Predictor
 from .streams import open_source
 from .loop import detect_frames
@@ -74,11 +78,11 @@ def write_json(path, data):
 def json_line(frame, detections, classes):
     """The JSON lines object of one :class:`~gluondet.deploy.streams.Frame` (see the module
     docstring); each detection carries every field of ``detections``
-    (:meth:`~gluondet.detections.Detections.json_objects`)."""
+    (:meth:`~gluondet.detections.Detections.json_objects`: masks as RLEs)."""
     height, width = frame.image.shape[:2]
     return {'frame': frame.index, 'time': None if frame.time is None else round(frame.time, 4),
             'source': frame.name, 'width': width, 'height': height,
-            'detections': detections.json_objects(classes)}
+            'detections': detections.json_objects(classes, (width, height))}
 
 
 # ---------------------------------------------------------------- stopping
@@ -202,7 +206,7 @@ class _Outputs:
             height, width = frame.image.shape[:2]
             self.coco[0].append({'id': frame.index + 1, 'file_name': frame.name,
                                  'width': width, 'height': height})
-            self.coco[1].extend(found.coco_results(frame.index + 1))
+            self.coco[1].extend(found.coco_results(frame.index + 1, (width, height)))
         if self.kitti_labels:
             lines = found.kitti_lines(self.classes, frame.image.shape[1::-1])
             atomic_write(os.path.join(self.kitti_labels, self._name(frame, '.txt')),
@@ -210,8 +214,7 @@ class _Outputs:
         if self.visualize or self.video:
             labels = None if track_ids is None else ['#%d' % t if t >= 0 else ''
                                                      for t in track_ids]
-            drawn = draw_boxes(frame.image, found.boxes, found.ids, found.scores, self.classes,
-                               threshold=self.threshold, labels=labels)
+            drawn = draw_detections(frame.image, found, self.classes, self.threshold, labels)
             if self.visualize:
                 name = (os.path.basename(frame.name) if self.frames.kind == 'images'
                         else self._name(frame, '.jpg'))

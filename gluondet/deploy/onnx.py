@@ -2,7 +2,9 @@
 
 The exported model takes ``data`` (``B x 3 x H x W`` float32, normalized as for the
 Gluon network) and returns ``ids``, ``scores`` (``B x K x 1``) and ``boxes``
-(``B x K x 4``, input pixels), the Gluon inference output. ``B`` is fixed to the
+(``B x K x 4``, input pixels), the Gluon inference output, then the network's further
+per-detection outputs by their names (its ``output_fields``: a Mask R-CNN's ``masks``
+``B x K x M x M``). ``B`` is fixed to the
 ``batch_size`` of the export unless ``dynamic_batch``. ``H x W``: an SSD takes the one
 size its anchors are made for; a Faster R-CNN or RetinaNet, which take any size in Gluon,
 take any size up to ``data_shape`` with ``dynamic_size`` (``height`` and ``width``
@@ -17,7 +19,8 @@ caller with a static model must feed exactly ``batch_size`` images (the metadata
 
 The boundary: mx2onnx converts the convolutional and dense parts at opset 13 --
 SSD's features and predictors; Faster R-CNN's backbone (and FPN) with the RPN head,
-and separately its box head and predictors on the pooled regions -- with three
+and separately its box head and predictors on the pooled regions (and Mask R-CNN's mask
+head on its detections' regions, :mod:`gluondet.deploy.onnx_mask_rcnn`) -- with three
 corrections: MXNet's ``BatchNorm(fix_gamma=True)`` ignores ``gamma`` but mx2onnx keeps
 it; mx2onnx turns ``L2Normalization`` into ``LpNormalization``, which has no ``eps``
 (VGG's conv4_3 norm then differs where the channel norm is small); and it lists every
@@ -28,6 +31,7 @@ example BatchNorm into the convolutions). Everything else is written in
 before), the RPN proposals, the per-level ROI assignment, ROI Align (ONNX's RoiAlign;
 mx2onnx's translation is the same node), class-specific decoding and the final top-k.
 """
+import collections
 import inspect
 import json
 import re
@@ -46,6 +50,8 @@ from .onnx_graph import (GraphBuilder, add_rcnn_postprocess, add_retinanet_postp
                          add_roi_align, add_rpn_proposals, add_ssd_postprocess)
 from .onnx_center_net import (add_center_net_postprocess, center_net_body, deformable_blocks,
                               flip_width)
+from .onnx_mask_rcnn import (MASK_LOGITS, MASK_OUTPUT, MASK_POOLED, add_mask_postprocess,
+                             mask_head_body)
 from .onnx_yolo3 import add_yolo3_postprocess, yolo3_body
 from .postprocess import by_kind, postprocess_of
 from .symbol import check_float32_process, input_shape, rcnn_body, ssd_body
@@ -53,7 +59,7 @@ from .symbol import check_float32_process, input_shape, rcnn_body, ssd_body
 __all__ = ['export_onnx', 'UnsupportedOperatorError', 'OPSET', 'GRAPHS']
 
 #: {post-processing kind: its builder, ``(net, shape, symbolic, apply_nms) -> (graph, rows,
-#: props)``} (:mod:`gluondet.deploy.postprocess`)
+#: props, fields)``} (:mod:`gluondet.deploy.postprocess`)
 GRAPHS = {}
 
 OPSET = 13
@@ -141,7 +147,9 @@ def export_onnx(net, path, data_shape, batch_size=1, dynamic_batch=False, dynami
         settings), ``nms_applied`` (``nms``), ``postprocess_kind`` and ``preprocessing``
         (:func:`~gluondet.data.preprocess.preprocessing_of` the network); a keep-ratio
         network also ``short``, ``max_size`` and ``fixed_input_size`` (false with
-        ``dynamic_size``), and an ``rcnn`` kind ``rpn`` (its proposal settings).
+        ``dynamic_size``), an ``rcnn`` kind ``rpn`` (its proposal settings), a
+        ``mask_rcnn`` kind ``rpn``, ``mask_size`` (``[M, M]``) and ``max_detections``
+        (``K``, the rows of every output).
 
     Returns
     -------
@@ -167,11 +175,13 @@ def export_onnx(net, path, data_shape, batch_size=1, dynamic_batch=False, dynami
     symbolic = {0: 'batch'} if dynamic_batch else {}
     if dynamic_size:
         symbolic.update({2: 'height', 3: 'width'})
-    graph, rows, props = GRAPHS[post.kind](net, shape, symbolic, nms)
+    graph, rows, props, fields = GRAPHS[post.kind](net, shape, symbolic, nms)
     batch = 'batch' if dynamic_batch else shape[0]
     del graph.output[:]
-    graph.output.extend(helper.make_tensor_value_info(name, TensorProto.FLOAT, [batch, rows, n])
-                        for name, n in zip(OUTPUTS, (1, 1, 4)))
+    outputs = list(zip(OUTPUTS, ([1], [1], [4]))) + list(fields.items())
+    graph.output.extend(helper.make_tensor_value_info(name, TensorProto.FLOAT,
+                                                      [batch, rows] + list(dims))
+                        for name, dims in outputs)
     for node in graph.node:  # unique names: ONNX Runtime's fusions fail on duplicates
         node.name = node.output[0]
     _canonical_names(graph, net)
@@ -181,6 +191,8 @@ def export_onnx(net, path, data_shape, batch_size=1, dynamic_batch=False, dynami
     props = dict({'classes': list(net.classes), 'data_shape': list(shape[2:]),
                   'batch_size': None if dynamic_batch else shape[0],
                   'postprocess_kind': post.kind, 'nms_applied': nms}, **props)
+    if getattr(net, 'grid_fields', ()):     # outputs that are grids over the boxes (masks)
+        props['grid_fields'] = list(net.grid_fields)
     props['preprocessing'] = preprocessing_of(net, shape[2:])
     if props['preprocessing']['resize'] == 'keep_ratio':
         props.update(short=net.short, max_size=net.max_size, fixed_input_size=not dynamic_size)
@@ -219,7 +231,7 @@ def softmax_nms_graph(net, shape, symbolic, apply_nms=True):
                                net.box_decoder.stds, nms.score_thresh, nms.nms_thresh,
                                nms.nms_topk, nms.post_nms, OUTPUTS, apply_nms)
     _append(graph, post)
-    return graph, rows, {'nms': _nms_props(nms)}
+    return graph, rows, {'nms': _nms_props(nms)}, {}
 
 
 @by_kind(GRAPHS, 'sigmoid_topk_nms')
@@ -234,17 +246,25 @@ def sigmoid_topk_nms_graph(net, shape, symbolic, apply_nms=True):
         level_sizes, net.num_classes, net.box_decoder.stds, net.box_decoder.clip,
         nms.score_thresh, nms.nms_thresh, nms.nms_topk, nms.post_nms, OUTPUTS, apply_nms)
     _append(graph, post)
-    return graph, rows, {'nms': _nms_props(nms)}
+    return graph, rows, {'nms': _nms_props(nms)}, {}
 
 
-@by_kind(GRAPHS, 'rcnn')
-def rcnn_graph(net, shape, symbolic, apply_nms=True):
-    """``rcnn`` (Faster R-CNN's): mx2onnx's backbone + RPN head, the proposals and ROI Align,
-    mx2onnx's box head, then the detection post-processing."""
+RCNNGraph = collections.namedtuple('RCNNGraph', ['graph', 'rows', 'props', 'pool', 'channels'])
+RCNNGraph.__doc__ = """`rcnn_stages`' graph, its rows and metadata, and for a head on the detections
+(Mask R-CNN's masks) how the regions were pooled: ``pool``, the keywords of
+:func:`~gluondet.deploy.onnx_graph.add_roi_align` but the boxes and output (the graph's ROI
+maps, size, strides, sample ratio, FPN levels), and ``channels``, the maps' channels."""
+
+
+def rcnn_stages(net, shape, symbolic, apply_nms=True, max_rows=None):
+    """Faster R-CNN's graph: mx2onnx's backbone + RPN head, the proposals and ROI Align,
+    mx2onnx's box head, then the detection post-processing into the three outputs; with
+    ``max_rows``, only the first ``max_rows`` detections (a post-NMS cut of at most that
+    many rows). Returns :class:`RCNNGraph`."""
     extractor = net.roi_extractor
     if extractor.mode != 'align':
-        raise UnsupportedOperatorError("ONNX export: Faster R-CNN with roi_mode=%r is not "
-                                       "exported (only 'align')" % (extractor.mode,))
+        raise UnsupportedOperatorError("ONNX export: %s with roi_mode=%r is not exported "
+                                       "(only 'align')" % (type(net).__name__, extractor.mode))
     body = rcnn_body(net, shape[2:])
     pre_nms, num_rois = net.proposal.counts(False)
     graph = _convert_body(body.rpn, body.params, [('data', shape)], symbolic)
@@ -261,30 +281,61 @@ def rcnn_graph(net, shape, symbolic, apply_nms=True):
                                                spec['canonical_level']),
                       min_level=extractor.min_level, canonical_size=spec['canonical_size'],
                       eps=spec['eps'])
-    add_roi_align(regions, 'proposals', ['roi_map%d' % i for i in range(num_maps)],
-                  extractor.size, extractor.strides, extractor.sample_ratio,
-                  levels, 'pooled')
+    pool = dict(maps=['roi_map%d' % i for i in range(num_maps)], size=extractor.size,
+                strides=extractor.strides, sample_ratio=extractor.sample_ratio, levels=levels)
+    add_roi_align(regions, 'proposals', output='pooled', **pool)
     _append(graph, regions)
-    pooled = (shape[0] * num_rois,) + tuple(body.map_shapes[0][1:2]) + tuple(extractor.size)
-    head = _convert_body(body.head, body.params, [('pooled', pooled)],
-                         {0: 'batch'} if 0 in symbolic else {}, keep_inputs=False)
-    clash = {t.name for t in head.initializer} & {t.name for t in graph.initializer}
-    if clash:
-        raise AssertionError('ONNX export: the two mx2onnx graphs share names %s' % sorted(clash))
-    graph.node.extend(head.node)
-    graph.initializer.extend(head.initializer)
+    channels = body.map_shapes[0][1]
+    append_converted(graph, body.head, body.params,
+                     ('pooled', (shape[0] * num_rois, channels) + tuple(extractor.size)),
+                     symbolic)
 
     nms = net.postprocess
+    post_nms = nms.post_nms
+    if max_rows is not None:
+        post_nms = min(post_nms if post_nms > 0 else net.num_classes * num_rois, max_rows)
     post = GraphBuilder('postprocess')
     rows = add_rcnn_postprocess(
         post, 'cls_preds', 'box_preds', 'proposals', num_rois, net.num_classes,
         net.box_decoder.stds, net.box_decoder.clip, nms.score_thresh, nms.nms_thresh,
-        nms.nms_topk, nms.post_nms, nms.force_nms, nms.valid_thresh, OUTPUTS, apply_nms)
+        nms.nms_topk, post_nms, nms.force_nms, nms.valid_thresh, OUTPUTS, apply_nms)
     _append(graph, post)
     props = {'nms': _nms_props(nms, 'force_nms'),
              'rpn': {'nms_thresh': proposal.nms_thresh, 'pre_nms': pre_nms,
                      'post_nms': num_rois, 'min_size': proposal.min_size}}
-    return graph, rows, props
+    return RCNNGraph(graph, rows, props, pool, channels)
+
+
+@by_kind(GRAPHS, 'rcnn')
+def rcnn_graph(net, shape, symbolic, apply_nms=True):
+    """``rcnn`` (Faster R-CNN's): :func:`rcnn_stages`."""
+    stages = rcnn_stages(net, shape, symbolic, apply_nms)
+    return stages.graph, stages.rows, stages.props, {}
+
+
+@by_kind(GRAPHS, 'mask_rcnn')
+def mask_rcnn_graph(net, shape, symbolic, apply_nms=True):
+    """``mask_rcnn`` (Mask R-CNN's): :func:`rcnn_stages` with the network's count of
+    detections (``rcnn_max_dets``), then their masks (:mod:`gluondet.deploy.onnx_mask_rcnn`):
+    ROI Align of their boxes as the regions', mx2onnx's mask head (C4: ``layer4`` before
+    it), each detection's class map, sigmoid; the fourth output ``masks``."""
+    if not apply_nms:
+        raise ValueError('ONNX export: %s computes its masks on the detections after the '
+                         'NMS, in the graph: export it with its NMS (no --no-nms)'
+                         % type(net).__name__)
+    stages = rcnn_stages(net, shape, symbolic, max_rows=net.rcnn_max_dets)
+    graph, rows = stages.graph, stages.rows
+    rois = GraphBuilder('mask_rois')
+    add_roi_align(rois, OUTPUTS[2], output=MASK_POOLED, **stages.pool)
+    _append(graph, rois)
+    symbol, params = mask_head_body(net, shape[2:])
+    append_converted(graph, symbol, params, (MASK_POOLED, (shape[0] * rows, stages.channels)
+                                             + tuple(stages.pool['size'])), symbolic)
+    masks = GraphBuilder('masks')
+    add_mask_postprocess(masks, MASK_LOGITS, OUTPUTS[0], rows, net.num_classes, MASK_OUTPUT)
+    _append(graph, masks)
+    props = dict(stages.props, mask_size=list(net.mask_size), max_detections=rows)
+    return graph, rows, props, {MASK_OUTPUT: list(net.mask_size)}
 
 
 @by_kind(GRAPHS, 'yolo3')
@@ -300,7 +351,7 @@ def yolo3_graph(net, shape, symbolic, apply_nms=True):
         level_sizes, net.num_classes, nms.score_thresh, nms.nms_thresh, nms.nms_topk,
         nms.post_nms, OUTPUTS, apply_nms)
     _append(graph, post)
-    return graph, rows, {'nms': _nms_props(nms)}
+    return graph, rows, {'nms': _nms_props(nms)}, {}
 
 
 @by_kind(GRAPHS, 'center_net')
@@ -334,7 +385,7 @@ def center_net_graph(net, shape, symbolic, apply_nms=True):
         ('heatmap_flip', 'wh_flip') if net.flip_test else None, OUTPUTS)
     _append(graph, post)
     return graph, rows, {'nms': {key: getattr(decoder, key) for key in (
-        'topk', 'nms_thresh', 'nms_topk', 'post_nms')}}
+        'topk', 'nms_thresh', 'nms_topk', 'post_nms')}}, {}
 
 
 def _fpn_level_bounds(min_level, num_levels, canonical_level):
@@ -359,6 +410,24 @@ def _fpn_level_bounds(min_level, num_levels, canonical_level):
             low, high = (low, mid) if level_of(mid) >= level else (mid, high)
         bounds.append(float(np.int32(high).view(np.float32)))
     return bounds
+
+
+def append_converted(graph, symbol, params, source, symbolic):
+    """Append mx2onnx's graph of a head ``symbol`` to ``graph``: ``source`` is ``(name,
+    shape)`` of its one input, a tensor of ``graph``, whose first axis is symbolic if the
+    batch is (``0`` in ``symbolic``). Weights the two share (C4 Mask R-CNN's ``layer4``)
+    are kept once; any other name they share is an error."""
+    head = _convert_body(symbol, params, [source], {0: 'batch'} if 0 in symbolic else {},
+                         keep_inputs=False)
+    weights = {t.name: t for t in graph.initializer}
+    clash = ({o for n in head.node for o in n.output}
+             & ({o for n in graph.node for o in n.output} | set(weights)))
+    clash |= {t.name for t in head.initializer
+              if t.name in weights and t.SerializeToString() != weights[t.name].SerializeToString()}
+    if clash:
+        raise AssertionError('ONNX export: the mx2onnx graphs share names %s' % sorted(clash))
+    graph.node.extend(head.node)
+    graph.initializer.extend(t for t in head.initializer if t.name not in weights)
 
 
 def _convert_body(symbol, params, inputs, symbolic, keep_inputs=True):
@@ -435,10 +504,13 @@ def _exact_l2_normalization(graph, l2_eps):
 
 def _canonical_names(graph, net):
     """Renumber the top-level Gluon prefixes in the graph's names (``ssd3_``, ``mobilenet7_``:
-    counters global to the Python process) from 0 per kind, in order: exporting the same
-    network gives the same names in any process, which int8 calibration caches key on."""
+    counters global to the Python process; after mx2onnx's ``idx_<node>_`` of a block run
+    more than once, as the RPN head on each FPN level) from 0 per kind, in order: exporting
+    the same network gives the same names in any process, which int8 calibration caches key
+    on."""
     prefixes = {name.split('_', 1)[0] for name in net.collect_params().keys()}
-    prefixes.add(net.prefix.rstrip('_'))
+    # and blocks without parameters made outside the network (an FPN box head's ReLUs)
+    net.apply(lambda block: prefixes.add(block.prefix.split('_', 1)[0]))
     mapping, counts = {}, {}
     for prefix in sorted(prefixes, key=lambda p: (re.sub(r'\d+$', '', p), len(p), p)):
         kind = re.sub(r'\d+$', '', prefix)
@@ -446,8 +518,9 @@ def _canonical_names(graph, net):
         counts[kind] += 1
 
     def rename(name):
+        lead, name = re.match(r'(idx_\d+_)?(.*)', name).groups()    # mx2onnx's repeated nodes
         head, sep, rest = name.partition('_')
-        return mapping[head] + sep + rest if sep and head in mapping else name
+        return (lead or '') + (mapping[head] + sep + rest if sep and head in mapping else name)
 
     for node in graph.node:
         node.name = rename(node.name)

@@ -9,9 +9,11 @@ with no edit of deploy, and a kind not in :data:`KINDS` is refused with its name
 
 Each row holds what deploy needs of a kind, as data; the functions of a kind are registered
 by kind in the modules that hold them (they import onnx, or this table, so it cannot import
-them): its ONNX builder, ``(net, shape, symbolic, apply_nms) -> (graph, rows, props)``, in
-:data:`gluondet.deploy.onnx.GRAPHS` (the ONNX graph of the body and post-processing; without
-``apply_nms``, up to the final NMS: its candidates), and in
+them): its ONNX builder, ``(net, shape, symbolic, apply_nms) -> (graph, rows, props,
+fields)``, in :data:`gluondet.deploy.onnx.GRAPHS` (the ONNX graph of the body and
+post-processing, its rows ``K``, its metadata, and ``{name: shape after B x K}`` of its
+outputs after ``ids``, ``scores`` and ``boxes``; without ``apply_nms``, up to the final NMS:
+its candidates), and in
 :data:`gluondet.deploy.compare.DETECTING` a function ``(net, x, class_std, max_gap)`` that
 scales the predictors of a randomly initialized network so that it detects many overlapping
 boxes (:func:`~gluondet.deploy.compare.detecting_random_weights`, which ``gluondet
@@ -35,6 +37,10 @@ Postprocess = collections.namedtuple('Postprocess', [
     'kind', 'description', 'any_size', 'topk_settings', 'has_nms'], defaults=[True])
 
 _DETECTION_NMS = 'the detection NMS (set_nms: nms_topk, post_nms; -1 keeps every candidate'
+_RCNN_TOPK = {
+    'proposals': "the RPN's pre-NMS top-k (rpn_test_pre_nms, capped by the anchors of the input "
+                 "size) or its post-NMS count (rpn_test_post_nms)",
+    'postprocess': _DETECTION_NMS + ', classes x regions)'}
 
 KINDS = {row.kind: row for row in [
     Postprocess(
@@ -56,10 +62,15 @@ KINDS = {row.kind: row for row in [
         'region proposals (decoded RPN anchors, NMS), ROI Align, the box head\'s softmax '
         'scores and class-specific boxes, NMS within each class',
         any_size=True,
-        topk_settings={
-            'proposals': "the RPN's pre-NMS top-k (rpn_test_pre_nms, capped by the anchors of "
-                         "the input size) or its post-NMS count (rpn_test_post_nms)",
-            'postprocess': _DETECTION_NMS + ', classes x regions)'}),
+        topk_settings=_RCNN_TOPK),
+    Postprocess(
+        'mask_rcnn',
+        'the rcnn kind\'s detections, cut to the network\'s rcnn_max_dets; ROI Align of their '
+        'boxes, the mask head, each detection\'s own class map, sigmoid: masks (B x K x M x '
+        'M, M the metadata\'s mask_size) over each box',
+        any_size=True,
+        topk_settings=dict(_RCNN_TOPK, postprocess=_DETECTION_NMS + ', classes x regions; '
+                           'at most rcnn_max_dets)')),
     Postprocess(
         'yolo3',
         'boxes decoded from each cell and anchor, scores sigmoid(objectness) x sigmoid(class), '

@@ -7,7 +7,10 @@ rows padded with -1), with an attribute ``batch_range = (smallest, largest)``
 batch it takes (``largest`` None: unbounded). A runner with ``output_fields`` (names)
 returns one more ``N x K x ...`` array for each: more per-detection fields (an
 embedding), which each image's :class:`Detections` carries by those names; those its
-``point_fields`` name (keypoints, in input pixels) are rescaled and clipped as the boxes.
+``point_fields`` name (keypoints, in input pixels) are rescaled and clipped as the boxes,
+those its ``grid_fields`` name (Mask R-CNN's ``masks``: a grid over each detection's box)
+keep their grid, re-gridded where a box is clipped (:meth:`Detections.clipped
+<gluondet.detections.Detections.clipped>`).
 :class:`~gluondet.deploy.runners.MXNetRunner`,
 :class:`~gluondet.deploy.runners.ONNXRuntimeRunner`,
 :class:`~gluondet.deploy.tensorrt.TensorRTRunner` and
@@ -182,7 +185,8 @@ class Predictor:
     runner : callable
         ``runner(batch) -> (ids, scores, boxes, *fields)`` with a ``batch_range``
         attribute, and ``output_fields`` naming the ``fields`` if any, ``point_fields``
-        those of them holding points (see the module docstring). An ``input_shape``
+        those of them holding points, ``grid_fields`` those holding grids over the boxes
+        (see the module docstring). An ``input_shape``
         attribute ``(3, H, W)`` of integers marks a fixed network input: a fixed-size model's
         ``data_shape`` must be it; keep-ratio images are resized to fit it and padded to it.
     classes : sequence of str
@@ -252,6 +256,12 @@ class Predictor:
         if low == high:
             return 'of exactly %d' % low
         return 'of %d to %s' % (low, high or 'any size')
+
+    @property
+    def grid_fields(self):
+        """The fields of the detections holding grids over their boxes (``('masks',)`` for
+        Mask R-CNN), as the runner says."""
+        return tuple(getattr(self.runner, 'grid_fields', ()))
 
     def batch_size(self, batch_size=None):
         """The batch to run: ``batch_size`` checked against the model, or the default.
@@ -334,7 +344,7 @@ class Predictor:
         (all of them, through an FPN's top-down path), so an image's detections must not
         depend on the other images of its batch. Boxes are clipped to their image
         (:func:`clip_boxes`; a network's own clipping, if any, is to its input, padding
-        included).
+        included), their grid fields re-gridded to the clipped boxes.
 
         Parameters
         ----------
@@ -379,11 +389,12 @@ class Predictor:
         ids, scores, boxes = outputs[:3]
         fields = dict(zip(names, outputs[3:]))      # more per-detection rows
         points = tuple(getattr(self.runner, 'point_fields', ()))
+        grids = self.grid_fields
         ids = self._without_nonfinite(ids, scores, boxes)
         originals = np.stack([s[2] for s in samples])
         with np.errstate(over='ignore', invalid='ignore'):     # huge boxes: clipped below
-            scaled = clip_boxes(rescale_boxes(boxes, originals,
-                                              [s[0].shape[1:] for s in samples]), originals)
+            rescaled = rescale_boxes(boxes, originals, [s[0].shape[1:] for s in samples])
+            scaled = clip_boxes(rescaled, originals)
         detections = []
         for i in range(count):
             if self.nms is None:
@@ -391,8 +402,10 @@ class Predictor:
                 found = scores[i, keep, 0].astype(np.float32)
             else:       # in input pixels, as the network's NMS
                 keep, found = self.nms(ids[i, :, 0], scores[i, :, 0], boxes[i])
-            image = Detections(ids[i, keep, 0].astype(np.int64), found, scaled[i, keep], points,
+            image = Detections(ids[i, keep, 0].astype(np.int64), found, rescaled[i, keep],
+                               points, grids,
                                **{name: rows[i, keep] for name, rows in fields.items()})
+            image = image.clipped(scaled[i, keep])      # grids re-gridded to the kept boxes
             if points:      # input to original pixels, as rescale_boxes and clip_boxes
                 height, width = originals[i]
                 scale = np.float32(originals[i]) / np.float32(samples[i][0].shape[1:])
@@ -503,6 +516,8 @@ class Predictor:
             spec = _sized(spec, shape, model)
         classes = agree(tuple(meta['classes']) if 'classes' in meta else None, classes,
                          'classes', model)
+        runner.grid_fields = tuple(f for f in meta.get('grid_fields', ())
+                                   if f in runner.output_fields)
         return cls(runner, classes, spec, needed, export_plan(nms, meta, model))
 
 

@@ -3,8 +3,11 @@
 A runner's ``output_fields`` names its outputs after the three (``()`` for the zoo's
 detectors): more per-detection fields, which the predictor carries into each image's
 :class:`~gluondet.detections.Detections`. A Gluon network declares them as its
-``output_fields`` attribute, and those of them holding points in input pixels (keypoints)
-as its ``point_fields``; an exported model's are its outputs beyond the three (no points).
+``output_fields`` attribute, those of them holding points in input pixels (keypoints) as
+its ``point_fields`` and those holding grids over each detection's box (Mask R-CNN's
+``masks``) as its ``grid_fields``; an exported model's are its outputs beyond the three,
+its grid fields those its metadata names (``grid_fields``, set on the runner by the
+predictor), no points.
 
 :class:`MXNetRunner` runs a Gluon network or an imported MXNet symbol,
 :class:`ONNXRuntimeRunner` an exported ONNX model;
@@ -43,7 +46,8 @@ class MXNetRunner:
     block : HybridBlock
         Takes ``data`` and returns ``(ids, scores, boxes)`` in inference mode, then one
         more output for each name of its ``output_fields`` attribute, if it has one
-        (``point_fields``: those of them holding points in input pixels).
+        (``point_fields``: those of them holding points in input pixels; ``grid_fields``:
+        those holding grids over the boxes).
     ctx : Context or list of Context, optional
         Where the batch goes (default: where the block's parameters are). With
         several (the training's contexts), each batch is split over them as
@@ -59,6 +63,7 @@ class MXNetRunner:
         self.ctx = self.ctx_list[0]
         self.output_fields = tuple(getattr(block, 'output_fields', ()))
         self.point_fields = tuple(getattr(block, 'point_fields', ()))
+        self.grid_fields = tuple(getattr(block, 'grid_fields', ()))
 
     def __call__(self, batch):
         with autograd.predict_mode():

@@ -225,16 +225,20 @@ def rcnn_body(net, data_shape):
     """
     data, pooled = mx.sym.var('data', dtype='float32'), mx.sym.var('pooled', dtype='float32')
     num_maps = len(net.roi_extractor.strides)
-    with autograd.predict_mode():
+    # in the network's name scope, as its own forward: operators outside its blocks (the
+    # concatenations, C4's pooling and reshape) are named after it, not by the process's
+    # counters, so the ONNX names are the same in every process (onnx._canonical_names)
+    with autograd.predict_mode(), net.name_scope():
         maps = net.features(data)
         heads = [net.rpn_head(feature) for feature in maps]
         anchors = [generate(feature) for feature, generate in zip(maps, net.anchor_generators)]
         box_feat = net.box_head(mx.sym, pooled)
         cls_preds, box_preds = net.class_predictor(box_feat), net.box_predictor(box_feat)
+        joined = [mx.sym.concat(*[s for s, _ in heads], dim=1),
+                  mx.sym.concat(*[o for _, o in heads], dim=1), mx.sym.concat(*anchors, dim=1)]
     rpn = mx.sym.Group(
-        [mx.sym.identity(mx.sym.concat(*[s for s, _ in heads], dim=1), name='rpn_scores'),
-         mx.sym.identity(mx.sym.concat(*[o for _, o in heads], dim=1), name='rpn_offsets'),
-         mx.sym.identity(mx.sym.concat(*anchors, dim=1), name='anchors')]
+        [mx.sym.identity(value, name=name)
+         for value, name in zip(joined, ('rpn_scores', 'rpn_offsets', 'anchors'))]
         + [mx.sym.identity(m, name='roi_map%d' % i) for i, m in enumerate(maps[:num_maps])])
     head = mx.sym.Group([mx.sym.identity(cls_preds, name='cls_preds'),
                          mx.sym.identity(box_preds, name='box_preds')])

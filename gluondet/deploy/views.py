@@ -160,17 +160,16 @@ def _shrunk(width, height, scale):
 
 def in_window(detections, view):
     """The detections of ``view``'s image back in the window's pixels (clipped to it): its
-    boxes and point fields."""
+    boxes, point fields and grid fields (re-gridded where clipped, flipped if mirrored)."""
     x0, y0, x1, y1 = view.window
     width, height = x1 - x0, y1 - y0
     small_w, small_h = _shrunk(width, height, view.scale)
     scale = np.array([width / small_w, height / small_h], np.float32)
-    boxes = clip_boxes((detections.boxes * np.tile(scale, 2))[None], [[height, width]])[0]
-    if view.flip:       # inclusive pixels: column x of the mirror is width - 1 - x
-        boxes = np.stack([width - 1 - boxes[:, 2], boxes[:, 1], width - 1 - boxes[:, 0],
-                          boxes[:, 3]], axis=1)
-    return detections.replace(boxes=boxes).mapped_points(scale, size=(width, height),
-                                                         mirror=view.flip)
+    scaled = detections.boxes * np.tile(scale, 2)
+    clipped = clip_boxes(scaled[None], [[height, width]])[0]
+    found = detections.replace(boxes=scaled).clipped(clipped).mapped_points(
+        scale, size=(width, height))
+    return found.mirrored((width, height)) if view.flip else found
 
 
 def _cut(boxes, window, height, width):
@@ -198,7 +197,9 @@ def fuse_boxes(detections, iou=0.55):
     Per class, boxes are taken best first; each joins the cluster whose fused box it
     overlaps most by IoU above ``iou``, or starts one. A cluster's fused box is the
     score-weighted mean of its boxes, its score their mean score times
-    ``min(boxes, views) / views``: an object only some views found scores lower.
+    ``min(boxes, views) / views``: an object only some views found scores lower. Its point
+    fields fuse as its box; its other fields are its best box's, its grid fields (masks)
+    too: the best box's grid, kept as it is, lies over the fused box (near that box).
 
     Parameters
     ----------
@@ -340,6 +341,11 @@ class ViewPredictor:
         """The image as numpy uint8, the label as float32, the ``[h, w]``."""
         image = image.asnumpy() if hasattr(image, 'asnumpy') else np.asarray(image)
         return image, np.asarray(label, np.float32), np.array(image.shape[:2], np.float32)
+
+    @property
+    def grid_fields(self):
+        """The predictor's."""
+        return self.predictor.grid_fields
 
     def batch_size(self, batch_size=None):
         """Images per call of :meth:`detect_samples`: the predictor's ``batch_size``."""

@@ -14,7 +14,6 @@ from mxnet.gluon.data import DataLoader
 from tqdm import tqdm
 
 from ..helper_signals import end_loader_workers
-from ..masks import encode, paste
 
 from .voc import VOC07MApMetric, VOCMApMetric
 
@@ -106,9 +105,8 @@ def _with_segmentations(detections, size):
     COCO RLE of each mask pasted into the ``[height, width]`` original image (what is
     gathered from the processes of a distributed validation is those, not the grids)."""
     height, width = (int(v) for v in size)
-    pasted = paste(detections.masks, detections.boxes, (width, height))
     rles = np.empty(len(detections), object)
-    rles[:] = encode(pasted) if len(detections) else []
+    rles[:] = detections.segmentations((width, height))
     return detections.replace(masks=None, segmentation=rles)
 
 

@@ -87,6 +87,7 @@ class MaskRCNN(FasterRCNN):
     """
 
     output_fields = ('masks',)
+    grid_fields = ('masks',)        # grids over their boxes (gluondet.detections)
     postprocess_kind = 'mask_rcnn'
 
     def __init__(self, backbone, classes, mask_channels=256, num_mask_convs=0,
