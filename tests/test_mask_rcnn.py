@@ -123,6 +123,25 @@ def test_gluoncv_params_give_gluoncvs_detections_and_masks_on_a_photo(
     _assert_same_detections_and_masks(ref(x), net(x))
 
 
+def test_pasted_like_gluoncvs_evaluation_on_a_photos_detections(bccd_root, tmp_path,
+                                                                  masked_gluoncv_roialign):
+    """gluondet.masks.paste of the network's masks on its boxes is GluonCV's fill, the paste
+    of its Mask R-CNN evaluation, on the detections of a photo (boxes crossing its border
+    included)."""
+    from gluoncv.data.transforms.mask import fill
+    from gluondet.masks import paste
+    x = _photo(bccd_root, 320, 416)
+    ref, _ = _gluoncv_and_ours('mask_rcnn_fpn_resnet18_v1b_coco', x, tmp_path)
+    ids, scores, boxes, masks = (o.asnumpy()[0] for o in ref(x))
+    valid = ids[:, 0] >= 0
+    boxes, masks = boxes[valid], masks[valid]
+    assert ((boxes[:, 2] > 415) | (boxes[:, 3] > 319) | (boxes.min(1) < 0)).any()
+    ours = paste(masks, boxes, (416, 320))
+    theirs = fill(masks, boxes, (416, 320))
+    np.testing.assert_array_equal(ours, np.asarray(theirs))
+    assert (ours.reshape(len(ours), -1).max(axis=1) > 0).sum() > 20     # masks, not blanks
+
+
 def test_a_batch_gives_each_images_detections_and_masks(bccd_root):
     mx.random.seed(1)
     net = get_model('mask_rcnn_fpn_resnet18_v1b_custom', classes=['a', 'b', 'c'],

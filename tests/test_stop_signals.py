@@ -18,7 +18,6 @@ from script_runs import SMALL_NETWORKS, small_demo_command
 pytestmark = pytest.mark.slow
 
 SCRIPTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'scripts')
-NAME, SMALL = SMALL_NETWORKS['train_ssd.py']
 TRAIN, VAL, BATCH = 64, 160, 8      # 8 steps an epoch; a validation of some seconds
 STEPS = TRAIN // BATCH
 STOP_WITHIN = 20.0                  # seconds from the signal to the exit, on a busy machine
@@ -35,12 +34,13 @@ class Run:
     """A training script started in a process group of its own, as a scheduler starts it;
     ``launcher`` goes before the command (horovodrun, gluondet launch)."""
 
-    def __init__(self, folder, home, argv, launcher=()):
-        self.folder, self.prefix = folder, os.path.join(folder, NAME)
+    def __init__(self, folder, home, argv, launcher=(), script='train_ssd.py'):
+        name, small = SMALL_NETWORKS[script]
+        self.folder, self.prefix = folder, os.path.join(folder, name)
         os.makedirs(folder, exist_ok=True)
         self.log = open(os.path.join(folder, 'out.txt'), 'a')
         command = list(launcher) + small_demo_command(
-            os.path.join(SCRIPTS, 'train_ssd.py'), TRAIN, VAL) + SMALL + [
+            os.path.join(SCRIPTS, script), TRAIN, VAL) + small + [
             '--dataset', 'demo', '--no-pretrained-base', '--epochs', '3', '--lr', '0.01',
             '--log-interval', '1', '--val-interval', '1', '--save-interval', '0',
             '--seed', '3', '--batch-size', str(BATCH), '--save-prefix', folder + '/'] + argv
@@ -165,9 +165,9 @@ MOMENTS = {'first batch': (_first_batch, 1), 'mid-epoch': (_mid_epoch, STEPS // 
            'epoch end': (_epoch_end, STEPS), 'validation': (_in_validation, STEPS)}
 
 
-def _stop_at(moment, tmp_path, home, signum=signal.SIGTERM, workers=2):
+def _stop_at(moment, tmp_path, home, signum=signal.SIGTERM, workers=2, script='train_ssd.py'):
     condition, least_iteration = MOMENTS[moment]
-    run = Run(str(tmp_path / 'run'), home, ['-j', str(workers)])
+    run = Run(str(tmp_path / 'run'), home, ['-j', str(workers)], script=script)
     run.wait_for(lambda: condition(run))
     seconds, code = run.signal_group(signum)
     text = run.output()
@@ -201,6 +201,17 @@ def test_ctrl_c_to_the_group_mid_epoch_with_workers_in_the_loop(tmp_path, home):
     resumed = Run(run.folder, home, ['-j', '3', '--resume', 'auto'])
     assert resumed.proc.wait(timeout=600) == 0, resumed.output()
     assert 'final: ' in resumed.output()
+
+
+def test_mask_rcnn_sigterm_to_the_group_mid_epoch_and_resume(tmp_path, home):
+    """Mask R-CNN's batches (masks padded beside the images) through loader processes: the
+    stop, and the resumed run to its end."""
+    run, _ = _stop_at('mid-epoch', tmp_path, home, script='train_mask_rcnn.py')
+    resumed = Run(run.folder, home, ['-j', '2', '--resume', 'auto', '--epochs', '2',
+                                     '--val-interval', '2'],
+                  script='train_mask_rcnn.py')
+    assert resumed.proc.wait(timeout=600) == 0, resumed.output()
+    assert 'mask_AP=' in resumed.output()
 
 
 def test_sigterm_without_loader_processes(tmp_path, home):
