@@ -18,7 +18,7 @@ import mxnet as mx
 
 from .data import DemoDetection
 from .engine import TrainConfig, fit
-from .visualize import draw_boxes, image_grid, save_image
+from .visualize import draw_detections, image_grid, save_image
 
 __all__ = ['Recipe', 'COMMON_SETTINGS', 'recipe_of', 'NUM_TRAIN', 'NUM_VAL', 'DATA_SEED',
            'run_demo', 'save_preview']
@@ -103,13 +103,14 @@ def run_demo(output_dir='demo_out', detector='ssd', epochs=None, num_train=NUM_T
 
 
 def save_preview(net, task, dataset, path, count=PREVIEW_IMAGES, threshold=PREVIEW_THRESHOLD):
-    """Draw ``net``'s detections (score >= ``threshold``) on the first images of ``dataset``.
+    """Draw ``net``'s detections (score >= ``threshold``; masks filled) on the first images of
+    ``dataset``.
 
     The detections come from ``task``'s predictor (its validation's); the grid of
     ``count`` images is saved to ``path``.
     """
     images = [dataset[i][0].asnumpy() for i in range(min(count, len(dataset)))]
     found = task.predictor(net, [mx.cpu()]).detect(images)
-    drawn = [draw_boxes(image, d.boxes, d.ids, d.scores, task.classes, threshold=threshold)
+    drawn = [draw_detections(image, d, task.classes, threshold=threshold)
              for image, d in zip(images, found)]
     save_image(path, image_grid(drawn))

@@ -40,8 +40,7 @@ def draw_boxes(image, boxes, ids=None, scores=None, class_names=None, threshold=
     numpy.ndarray
         H x W x 3 uint8 RGB image.
     """
-    image = image.asnumpy() if hasattr(image, 'asnumpy') else np.asarray(image)
-    canvas = np.ascontiguousarray(image, dtype=np.uint8).copy()
+    canvas = _canvas(image)
     boxes = _as_numpy(boxes).reshape(-1, 4)
     ids = np.zeros(len(boxes)) if ids is None else _as_numpy(ids).reshape(-1)
     scores = None if scores is None else _as_numpy(scores).reshape(-1)
@@ -83,8 +82,7 @@ def draw_detections(image, detections, class_names=None, threshold=0.0, labels=N
     numpy.ndarray
         H x W x 3 uint8 RGB image.
     """
-    image = image.asnumpy() if hasattr(image, 'asnumpy') else np.asarray(image)
-    canvas = np.ascontiguousarray(image, dtype=np.uint8).copy()
+    canvas = _canvas(image)
     rows = np.flatnonzero((detections.ids >= 0) & (detections.scores >= threshold))
     shown = detections[rows]
     if MASKS in shown.grid_fields:
@@ -98,6 +96,12 @@ def draw_detections(image, detections, class_names=None, threshold=0.0, labels=N
                                           + MASK_ALPHA * color).astype(np.uint8)
     return draw_boxes(canvas, shown.boxes, shown.ids, shown.scores, class_names, threshold,
                       thickness, None if labels is None else [labels[i] for i in rows])
+
+
+def _canvas(image):
+    """A uint8 copy of an RGB image (numpy or NDArray) to draw on."""
+    image = image.asnumpy() if hasattr(image, 'asnumpy') else np.asarray(image)
+    return np.ascontiguousarray(image, dtype=np.uint8).copy()
 
 
 def _colors(ids, class_names):

@@ -226,7 +226,7 @@ def test_the_log_gets_the_lines_and_with_verbose_the_trainable_parameters(caplog
                                   'a parameter-server launcher'),
     (('--horovod', '--gpus', '0'), '--gpus (gpus) 0 asks for GPU 0, but this machine has no '
                                    'GPU'),
-    (('--network', 'resnet101_v1d'), 'no Faster R-CNN on --network resnet101_v1d in gluondet'),
+    (('--network', 'resnet152_v1d'), 'no Faster R-CNN on --network resnet152_v1d in gluondet'),
     (('--network', 'resnet34_v1b', '--norm-layer', 'syncbn'),
      'no Faster R-CNN on --network resnet34_v1b with --norm-layer syncbn in gluondet; it has '
      'resnet18_v1b, resnet50_v1b'),

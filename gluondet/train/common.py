@@ -90,6 +90,19 @@ def gluoncv_schedule(args, decay_epochs=None):
     return overrides
 
 
+def unneeded_notices(args, unneeded):
+    """One line per flag of ``unneeded`` (``{dest: (GluonCV's default, why)}``) set to
+    something else: accepted, and ignored for that reason."""
+    lines = []
+    for dest, (default, why) in unneeded.items():
+        value = getattr(args, dest)
+        if value != default:
+            flag = '--' + dest.replace('_', '-')
+            lines.append('%s: ignored, %s' % (flag if value is True else '%s %s' % (flag, value),
+                                              why))
+    return lines
+
+
 def print_final(result):
     """The last validation's metrics, on stdout (by rank 0 of several processes)."""
     if result.metrics and result.rank == 0:

@@ -141,13 +141,7 @@ def notices(args, name):
     if dataset != 'custom' and name.endswith('_custom'):
         lines.append('GluonCV has no %s_%s: training %s on the %s classes'
                      % (name[:-len('_custom')], dataset, name, dataset))
-    for dest, (default, why) in UNNEEDED.items():
-        value = getattr(args, dest)
-        if value != default:
-            flag = '--' + dest.replace('_', '-')
-            lines.append('%s: ignored, %s' % (flag if value is True else '%s %s' % (flag, value),
-                                              why))
-    return lines
+    return lines + common.unneeded_notices(args, UNNEEDED)
 
 
 def main(argv=None):
@@ -160,15 +154,26 @@ def run(args):
     flags.check_args(args)
     name = network_name(args)
     resolved, defaults_used = config.dataset_defaults(args, DATASET_DEFAULTS, fallback='voc')
-    train_dataset, val_dataset = common.build_datasets(resolved)
-    task = FasterRCNNTask(name, train_dataset, val_dataset, short=args.image_short,
-                          max_size=args.image_max_size, pretrained_base=args.pretrained_base,
-                          rpn_rho=args.rpn_smoothl1_rho, rcnn_rho=args.rcnn_smoothl1_rho,
-                          num_workers=args.num_workers,
-                          model_kwargs={'norm_layer': 'syncbn'} if args.norm_layer else None,
-                          pruned_model=common.pruned_model(args, args.save_prefix + name))
-    settings = config.train_config(resolved, args.save_prefix + name)
-    startup = common.StartupLog([defaults_used] + notices(args, name), trainable=args.verbose)
+    task = rcnn_task(FasterRCNNTask, name, args, common.build_datasets(resolved),
+                     {'norm_layer': 'syncbn'} if args.norm_layer else None)
+    return fit_and_report(task, resolved, name, [defaults_used] + notices(args, name))
+
+
+def rcnn_task(cls, name, args, datasets, model_kwargs):
+    """The task ``cls`` (`FasterRCNNTask` or a subclass) of the zoo network ``name`` on the
+    ``(train, val)`` datasets, as the R-CNN flags ``args`` say."""
+    return cls(name, *datasets, short=args.image_short, max_size=args.image_max_size,
+               pretrained_base=args.pretrained_base, rpn_rho=args.rpn_smoothl1_rho,
+               rcnn_rho=args.rcnn_smoothl1_rho, num_workers=args.num_workers,
+               model_kwargs=model_kwargs,
+               pruned_model=common.pruned_model(args, args.save_prefix + name))
+
+
+def fit_and_report(task, resolved, name, lines):
+    """Train ``task`` with the settings of the flags ``resolved``, the startup ``lines``
+    logged; print the final metrics; the engine's `FitResult`."""
+    settings = config.train_config(resolved, resolved.save_prefix + name)
+    startup = common.StartupLog(lines, trainable=resolved.verbose)
     result = fit(task, settings, hooks=[startup])
     common.print_final(result)
     return result

@@ -23,13 +23,12 @@ import argparse
 import logging
 
 from ..demo import COMMON_SETTINGS, Recipe
-from ..engine import fit
 from ..errors import UserError
 from ..model_zoo.mask_rcnn import MASK_RCNN_ARCHS
 from ..tasks import MaskRCNNTask
 from . import common, config, flags
 from .faster_rcnn import UNNEEDED as FASTER_RCNN_UNNEEDED
-from .faster_rcnn import image_short
+from .faster_rcnn import fit_and_report, image_short, rcnn_task
 
 __all__ = ['build_parser', 'parse_args', 'network_name', 'network_flags', 'notices', 'main',
            'run', 'DEMO']
@@ -137,10 +136,9 @@ def network_name(args):
     arch = 'mask_rcnn_%s%s%s' % ('fpn_' if args.use_fpn or syncbn else '',
                                  'syncbn_' if syncbn else '', args.network)
     if arch not in MASK_RCNN_ARCHS:
-        networks = sorted({a.split('_')[-2] + '_' + a.split('_')[-1]
-                           if a.endswith(('v1b', 'v1d')) else a.rsplit('_', 1)[-1]
-                           for a in MASK_RCNN_ARCHS
-                           if a.startswith('mask_rcnn_fpn_syncbn_') == syncbn})
+        networks = sorted({a.replace('mask_rcnn_', '').replace('fpn_', '').replace(
+            'syncbn_', '') for a in MASK_RCNN_ARCHS
+            if a.startswith('mask_rcnn_fpn_syncbn_') == syncbn})
         with_flags = (' with --norm-layer %s' % args.norm_layer if syncbn else
                       ' with --use-fpn' if args.use_fpn else '')
         raise UserError('no Mask R-CNN on --network %s%s in gluondet; it has %s'
@@ -199,13 +197,7 @@ def notices(args, name):
     if _syncbn(args) and not args.use_fpn and not args.custom_model:
         lines.append('--norm-layer %s: training %s, with FPN (GluonCV has synchronized '
                      'BatchNorm only with FPN)' % (args.norm_layer, name))
-    for dest, (default, why) in UNNEEDED.items():
-        value = getattr(args, dest)
-        if value != default:
-            flag = '--' + dest.replace('_', '-')
-            lines.append('%s: ignored, %s' % (flag if value is True else '%s %s' % (flag, value),
-                                              why))
-    return lines
+    return lines + common.unneeded_notices(args, UNNEEDED)
 
 
 def main(argv=None):
@@ -218,19 +210,11 @@ def run(args):
     flags.check_args(args)
     name = network_name(args)
     resolved, defaults_used = _gluoncv_defaults(args)
-    train_dataset, val_dataset = common.build_datasets(resolved, masks=True)
     model_kwargs = _custom_kwargs(args) if args.custom_model else (
         {'norm_layer': 'syncbn'} if _syncbn(args) else None)
-    task = MaskRCNNTask(name, train_dataset, val_dataset, short=args.image_short,
-                        max_size=args.image_max_size, pretrained_base=args.pretrained_base,
-                        rpn_rho=args.rpn_smoothl1_rho, rcnn_rho=args.rcnn_smoothl1_rho,
-                        num_workers=args.num_workers, model_kwargs=model_kwargs,
-                        pruned_model=common.pruned_model(args, args.save_prefix + name))
-    settings = config.train_config(resolved, args.save_prefix + name)
-    startup = common.StartupLog([defaults_used] + notices(args, name), trainable=args.verbose)
-    result = fit(task, settings, hooks=[startup])
-    common.print_final(result)
-    return result
+    task = rcnn_task(MaskRCNNTask, name, args, common.build_datasets(resolved, masks=True),
+                     model_kwargs)
+    return fit_and_report(task, resolved, name, [defaults_used] + notices(args, name))
 
 
 def _demo_task(train, val, num_workers):
