@@ -507,6 +507,34 @@ def test_cpu_install_exports_infers_and_draws(installed, trained_model, bccd_roo
 
 
 @pytest.mark.slow
+def test_cpu_install_trains_mask_rcnn_and_infers_its_masks(installed):
+    """From the installed wheel, outside the checkout: ``gluondet train mask_rcnn`` on the
+    demo shapes (box and mask AP printed), its model's masks as COCO segmentations from
+    ``gluondet infer``, and its ONNX export with a masks output."""
+    import onnx
+    outside, venv, env = installed
+    env = dict(env, GLUONDET_HOME=str(outside / 'home'))
+
+    def command(*args):
+        return _succeed([str(venv / 'bin' / 'gluondet')] + list(args), cwd=str(outside), env=env)
+
+    printed = command('train', 'mask_rcnn', '--network', 'resnet18_v1b', '--use-fpn',
+                      '--dataset', 'demo', '--epochs', '1', '--no-pretrained-base', '--gpus', '',
+                      '-j', '0', '--batch-size', '4', '--image-short', '96',
+                      '--image-max-size', '128', '--save-prefix', 'masks/')
+    assert 'final: ' in printed and 'mask_AP=' in printed
+    params = str(outside / 'masks' / 'mask_rcnn_fpn_resnet18_v1b_custom_best.params')
+    image = sorted(glob.glob(str(outside / 'home' / 'demo' / '*' / 'val-*' / '*.jpg')))[0]
+    command('infer', '-m', params, '--images', image, '--output', 'masks.json')
+    with open(str(outside / 'masks.json')) as f:
+        found = json.load(f)
+    assert found and all(d['segmentation']['size'] == [256, 256] for d in found)
+    command('export', '--network', params, '--format', 'onnx', '-o', 'masks.onnx')
+    outputs = [o.name for o in onnx.load(str(outside / 'masks.onnx')).graph.output]
+    assert outputs == ['ids', 'scores', 'boxes', 'masks']
+
+
+@pytest.mark.slow
 def test_the_gpu_line_finds_its_wheel_and_pins(installed):
     """The page's GPU line, in the same folder: its wheel and constraints-cu112.txt (which
     reads constraints.txt beside it) resolve, with everything installed already; the cu112
