@@ -76,16 +76,16 @@ def test_cpu_command_trains_validates_box_and_mask_ap_and_logs_its_defaults(tmp_
     assert 'mask_AP=' in stdout and 'bbox_AP=' in stdout
 
 
-def test_custom_model_command_trains_gluoncvs_custom_mask_rcnn_fpn(tmp_path):
+def test_custom_model_command_trains_gluoncvs_custom_mask_rcnn_fpn_with_ema(tmp_path):
     argv = ['--network', 'resnet18_v1b', '--dataset', 'demo', '--gpus', '', '--epochs', '1',
-            '--batch-size', '2', 'custom-model', '--no-pretrained-base', '--image-short', '128',
+            '--batch-size', '2', '--ema', 'custom-model', '--no-pretrained-base', '--image-short', '128',
             '--image-max-size', '160', '--num-fpn-filters', '64', '--rpn-channel', '64',
             '--num_box_head_dense_filters', '128', '--roi-size', '7,7',
             '--num-mask-head-convs', '1', '--rcnn-num-samples', '64',
             '--rpn-train-pre-nms', '1000', '--rpn-train-post-nms', '200',
             '--rpn-test-pre-nms', '500', '--rpn-test-post-nms', '100', '--post-nms', '50']
     stdout, log = run_cpu_command(SCRIPT, argv, tmp_path, 'custom_mask_rcnn_fpn', 8, 4)
-    assert 'mask_AP=' in stdout
+    assert 'mask_AP=' in stdout and 'ema=True' in log
 
 
 def make_task(num_images=8, image_size=96):
