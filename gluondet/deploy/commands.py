@@ -268,12 +268,15 @@ def export_summary(files, meta, dims):
            else 'fixed', resize, _numbers(spec['mean']), _numbers(spec['std'])),
         '  classes (%d): %s' % (len(meta['classes']), ', '.join(meta['classes'])),
         '  post-processing: inside the model, box decoding and %s (%s); outputs ids, scores '
-        '(N x K x 1), boxes (N x K x 4: xmin, ymin, xmax, ymax in input pixels), rows of -1 '
+        '(N x K x 1), boxes (N x K x 4: xmin, ymin, xmax, ymax in input pixels)%s, rows of -1 '
         'after the detections; the predictor of infer and evaluate scales the boxes to each '
         'image and clips them to it' % (
             'no NMS (%s)' % post.description if post is not None and not post.has_nms
             else 'NMS' if meta.get('nms_applied', True) else 'the candidates of the NMS, '
-            'which the predictor runs (--no-nms)', nms)])
+            'which the predictor runs (--no-nms)', nms,
+            ''.join(', %s (N x K x grid: each detection\'s grid over its box, pasted into '
+                    'the image by the predictor)' % name for name in meta.get('grid_fields', ()))
+            )])
 
 
 def _numbers(values):

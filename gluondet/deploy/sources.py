@@ -156,17 +156,20 @@ def model_metadata(net, network, data_shape, batch_size=None, preprocessing=None
         JSON-ready: ``format``, ``network``, ``classes``, ``data_shape`` ``[height,
         width]``, ``batch_size``, ``nms`` (the network's settings of :data:`NMS_SETTINGS`),
         ``postprocess_kind``, ``preprocessing``, ``mean``, ``std`` (also inside
-        ``preprocessing``; kept at the top for readers of older metadata), then ``extra``.
+        ``preprocessing``; kept at the top for readers of older metadata), ``grid_fields``
+        for a network with outputs that are grids over the boxes (Mask R-CNN's ``masks``),
+        then ``extra``.
     """
     kind = postprocess_of(net).kind
     post = net.postprocess
     shape = shape_pair(data_shape)
     preprocessing = preprocessing or preprocessing_of(net, shape)
     nms = {key: getattr(post, key) for key in NMS_SETTINGS if hasattr(post, key)}
+    grids = {'grid_fields': list(net.grid_fields)} if getattr(net, 'grid_fields', ()) else {}
     return dict(format=METADATA_FORMAT, network=network, classes=list(net.classes),
                 data_shape=list(shape), batch_size=batch_size, nms=nms, postprocess_kind=kind,
                 preprocessing=preprocessing, mean=preprocessing['mean'],
-                std=preprocessing['std'], **extra)
+                std=preprocessing['std'], **grids, **extra)
 
 
 def decode_metadata(props, source):
