@@ -603,10 +603,10 @@ def fixed_size_augment(img, label, size, mean=IMAGENET_MEAN, std=IMAGENET_STD, z
     def step(transform, *args, **kwargs):
         """``transform``'s results without the masks, which it moves."""
         nonlocal masks
-        out = transform(*args, masks=masks, **kwargs)
-        if masks is not None:
-            out, masks = out[:-1], out[-1]
-        return out
+        if masks is None:
+            return transform(*args, **kwargs)
+        *out, masks = transform(*args, masks=masks, **kwargs)
+        return tuple(out)
 
     img = random_color_distort(img)
     if zoom:
