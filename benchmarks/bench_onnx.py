@@ -12,7 +12,8 @@ GluonCV's validation does, the images resized to it):
 - latency: batch 1, median seconds per call;
 - throughput: batch ``--batch`` (default 8), images per second.
 
-Faster R-CNN names (``faster_rcnn_*``): latency at batch 1 only. Each image is resized
+Faster R-CNN and Mask R-CNN names (``faster_rcnn_*``, ``mask_rcnn_*``; their masks compared
+too): latency at batch 1 only. Each image is resized
 keeping its ratio (the zoo's short side and max size, or ``--rcnn-short``/
 ``--rcnn-max-size``: the network is built with them, as a training with
 ``--image-short`` would be) and padded at the bottom and right to its
@@ -160,7 +161,7 @@ def main():
     calib = VOCDetection(BCCD, splits='trainval', classes=CLASSES)
     checks = Checks()
     for name in args.networks.split(','):
-        if name.startswith('faster_rcnn'):
+        if name.startswith(('faster_rcnn', 'mask_rcnn')):
             bench_rcnn(name, args, options, test, calib, checks)
         else:
             bench_fixed(name, args, options, test, calib, checks)
@@ -222,7 +223,8 @@ def bench_fixed(name, args, options, test, calib, checks):
 
 
 def bench_rcnn(name, args, options, test, calib, checks):
-    """A Faster R-CNN's row: latency at batch 1 on the model's own preprocessing."""
+    """A Faster R-CNN's (or Mask R-CNN's) row: latency at batch 1 on the model's own
+    preprocessing."""
     import mxnet as mx
     import numpy as np
     import onnx
@@ -230,6 +232,7 @@ def bench_rcnn(name, args, options, test, calib, checks):
     from gluondet.data.preprocess import preprocessing_of
     from gluondet.deploy import compare_detections, detecting_random_weights, export_onnx
     from gluondet.deploy.calibration import CalibrationBatches
+    from gluondet.deploy.compare import compare_masks
     from gluondet.deploy.quantize import quantize_onnx
     from gluondet.model_zoo import get_model
 
@@ -265,8 +268,10 @@ def bench_rcnn(name, args, options, test, calib, checks):
     def detections(run):   # every compared image at batch 1, their outputs stacked
         outputs = [run(data[i:i + 1]) for i in range(len(data))]
         return [np.concatenate(parts) for parts in zip(*outputs)]
-    comparison = compare_detections(detections(mxnet),
-                                    detections(lambda x: sessions[0].run(None, {'data': x})))
+    expected = detections(mxnet)
+    got = detections(lambda x: sessions[0].run(None, {'data': x}))
+    comparison = (compare_masks(expected, got, (width, height)) if len(expected) > 3
+                  else compare_detections(expected, got))    # Mask R-CNN: and its masks
 
     x_np = np.ascontiguousarray(data[:1])
     x_nd = mx.nd.array(x_np)

@@ -78,7 +78,8 @@ def test_cpu_command_trains_validates_box_and_mask_ap_and_logs_its_defaults(tmp_
 
 def test_custom_model_command_trains_gluoncvs_custom_mask_rcnn_fpn_with_ema(tmp_path):
     argv = ['--network', 'resnet18_v1b', '--dataset', 'demo', '--gpus', '', '--epochs', '1',
-            '--batch-size', '2', '--ema', 'custom-model', '--no-pretrained-base', '--image-short', '128',
+            '--batch-size', '2', '--ema', 'custom-model', '--no-pretrained-base',
+            '--image-short', '128',
             '--image-max-size', '160', '--num-fpn-filters', '64', '--rpn-channel', '64',
             '--num_box_head_dense_filters', '128', '--roi-size', '7,7',
             '--num-mask-head-convs', '1', '--rcnn-num-samples', '64',
