@@ -76,6 +76,14 @@ def build_parser():
              "GluonCV's faster_rcnn_fpn_syncbn_{network} (FPN implied), trainable BatchNorm "
              'in the backbone, the FPN and the box head, synchronized across horovodrun\'s '
              'processes or the GPUs of one process (not with a dist --kv-store)')
+    add_rcnn_args(parser)
+    return parser
+
+
+def add_rcnn_args(parser):
+    """The flags both R-CNN commands share (GluonCV's train_faster_rcnn.py and
+    train_mask_rcnn.py): losses, FPN, image sizes, the accepted performance flags."""
+    add = parser.add_argument
     add('--rpn-smoothl1-rho', type=float, default=1. / 9.,
         help='RPN box regression: transition point from L1 to L2 (0: L1)')
     add('--rcnn-smoothl1-rho', type=float, default=1.,
@@ -88,7 +96,6 @@ def build_parser():
         help="cap on the longer side (unset: the network's)")
     add('--static-alloc', action='store_true', help='accepted for GluonCV command lines')
     add('--executor-threads', type=int, default=1, help='accepted for GluonCV command lines')
-    return parser
 
 
 def parse_args(argv=None):

@@ -28,7 +28,7 @@ from ..model_zoo.mask_rcnn import MASK_RCNN_ARCHS
 from ..tasks import MaskRCNNTask
 from . import common, config, flags
 from .faster_rcnn import UNNEEDED as FASTER_RCNN_UNNEEDED
-from .faster_rcnn import fit_and_report, image_short, rcnn_task
+from .faster_rcnn import add_rcnn_args, fit_and_report, image_short, rcnn_task
 
 __all__ = ['build_parser', 'parse_args', 'network_name', 'network_flags', 'notices', 'main',
            'run', 'DEMO']
@@ -90,18 +90,7 @@ def build_parser():
              "syncbn: GluonCV's mask_rcnn_fpn_syncbn_{network} (FPN implied), trainable "
              "BatchNorm in the backbone, FPN and heads, synchronized across horovodrun's "
              'processes or the GPUs of one process')
-    add('--rpn-smoothl1-rho', type=float, default=1. / 9.,
-        help='RPN box regression: transition point from L1 to L2 (0: L1)')
-    add('--rcnn-smoothl1-rho', type=float, default=1.,
-        help='R-CNN box regression: transition point from L1 to L2 (0: L1)')
-    add('--use-fpn', action='store_true', help='feature pyramid network')
-    add('--image-short', type=image_short, default=None,
-        help="shorter side of the training images, or a range 'low,high' (unset: the "
-             "network's, GluonCV's per name)")
-    add('--image-max-size', type=int, default=None,
-        help="cap on the longer side (unset: the network's)")
-    add('--static-alloc', action='store_true', help='accepted for GluonCV command lines')
-    add('--executor-threads', type=int, default=1, help='accepted for GluonCV command lines')
+    add_rcnn_args(parser)
     add('--use-ext', action='store_true', help='accepted for GluonCV command lines')
     custom = parser.add_subparsers(dest='custom_model').add_parser(
         'custom-model', help="GluonCV's custom_mask_rcnn_fpn with the flags that follow "
