@@ -13,6 +13,7 @@ decoding, union and IoU are array operations (no pixel loops, no full bitmaps fo
 """
 import numpy as np
 
+from .chunking import chunked
 from .mask_paste import paste
 
 __all__ = ['encode', 'decode', 'from_polygons', 'to_rle', 'area', 'to_bbox', 'merge', 'iou',
@@ -34,17 +35,6 @@ def _within(lengths):
     lengths = np.asarray(lengths, np.int64)
     group = np.repeat(np.arange(len(lengths)), lengths)
     return group, np.arange(len(group)) - np.repeat(np.cumsum(lengths) - lengths, lengths)
-
-
-def _chunks(sizes, limit=CHUNK):
-    """``(lo, hi)`` slices of ``range(len(sizes))`` adding up to about ``limit`` each."""
-    ends = np.cumsum(sizes)
-    lo = 0
-    while lo < len(sizes):
-        base = ends[lo - 1] if lo else 0
-        hi = max(int(np.searchsorted(ends, base + limit, side='right')), lo + 1)
-        yield lo, hi
-        lo = hi
 
 
 class Runs:
@@ -215,7 +205,7 @@ def _intersections(query, rows, target, cols):
         p = np.searchsorted(tstart, x, side='right') - 1
         return tcum[p] + np.minimum(x - tstart[p], tlen[p])
 
-    for a, b in _chunks(n):
+    for a, b in chunked(n, CHUNK):
         runs, k = _ranges(lo[a:b], n[a:b])
         shift = (tbase[cols[a:b]] - qbase[rows[a:b]])[k]
         part = below(qstop[runs] + shift) - below(qstart[runs] + shift)

@@ -1,6 +1,8 @@
 """Detection x ground-truth pairs of the same image (and class), built with array operations."""
 import numpy as np
 
+from ..chunking import chunked
+
 PAIR_CHUNK = 1 << 22  # pairs built at once, to bound memory
 
 
@@ -23,11 +25,4 @@ def pairs(start, count):
 def chunks(count, limit=None):
     """Split ``range(len(count))`` into ``(lo, hi)`` runs of about ``limit`` pairs each
     (default :data:`PAIR_CHUNK`)."""
-    limit = PAIR_CHUNK if limit is None else limit
-    ends = np.cumsum(count)
-    lo = 0
-    while lo < len(count):
-        base = ends[lo - 1] if lo else 0
-        hi = max(int(np.searchsorted(ends, base + limit, side='right')), lo + 1)
-        yield lo, hi
-        lo = hi
+    return chunked(count, PAIR_CHUNK if limit is None else limit)

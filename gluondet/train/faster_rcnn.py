@@ -127,10 +127,11 @@ def network_name(args):
     return '%s_%s' % (arch, dataset)
 
 
-def network_flags(network):
+def network_flags(network, prefix='faster_rcnn_'):
     """The flags naming the zoo network ``network`` (``faster_rcnn_fpn_resnet50_v1b_coco`` ->
-    ``--network resnet50_v1b --use-fpn``): `network_name`'s inverse."""
-    arch = network[len('faster_rcnn_'):].rsplit('_', 1)[0]
+    ``--network resnet50_v1b --use-fpn``): `network_name`'s inverse; ``prefix``: the
+    family's (Mask R-CNN's names are built alike)."""
+    arch = network[len(prefix):].rsplit('_', 1)[0]
     flags = []
     for part, flag in (('fpn_', ['--use-fpn']), ('syncbn_', ['--norm-layer', 'syncbn'])):
         if arch.startswith(part):

@@ -29,6 +29,7 @@ from ..tasks import MaskRCNNTask
 from . import common, config, flags
 from .faster_rcnn import UNNEEDED as FASTER_RCNN_UNNEEDED
 from .faster_rcnn import add_rcnn_args, fit_and_report, image_short, rcnn_task
+from .faster_rcnn import network_flags as rcnn_network_flags
 
 __all__ = ['build_parser', 'parse_args', 'network_name', 'network_flags', 'notices', 'main',
            'run', 'DEMO']
@@ -147,12 +148,7 @@ def network_flags(network):
     """The flags naming the zoo network ``network``: `network_name`'s inverse."""
     if network == 'custom_mask_rcnn_fpn':
         return ['custom-model']
-    arch = network[len('mask_rcnn_'):].rsplit('_', 1)[0]
-    out = []
-    for part, flag in (('fpn_', ['--use-fpn']), ('syncbn_', ['--norm-layer', 'syncbn'])):
-        if arch.startswith(part):
-            arch, out = arch[len(part):], out + flag
-    return ['--network', arch] + out
+    return rcnn_network_flags(network, 'mask_rcnn_')
 
 
 def _custom_kwargs(args):
