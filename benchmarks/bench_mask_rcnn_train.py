@@ -70,7 +70,7 @@ import tempfile
 import time
 import warnings
 
-from bench_rcnn_train import GLUONCV_ENV, _config, _peak_mb, _summary
+from bench_rcnn_train import GLUONCV_ENV, _config, _peak_mb, _summary, build_prepared
 from bench_yolo3_train import StepProfile, print_profiles, time_compute, time_fit
 from common import Checks
 
@@ -282,26 +282,13 @@ def run_gluoncv(args):
 def _task(args):
     from gluondet.data import COCODetection
     from gluondet.tasks import MaskRCNNTask
-    from gluondet.tasks import base as task_module
 
     class BenchTask(MaskRCNNTask):
         """The task on the benchmark's weights, training GluonCV's parameter selection."""
 
         def build_net(self, ctx_list):
-            # loaded into the net get_model returns, before the task initializes it: no
-            # second copy of the weights in the process
-            real = task_module.get_model
-
-            def get_model(*a, **kw):
-                net = real(*a, **kw)
-                net.load_parameters(args.weights)
-                return net
-
-            task_module.get_model = get_model
-            try:
-                return super().build_net(ctx_list)
-            finally:
-                task_module.get_model = real
+            return build_prepared(super().build_net, ctx_list,
+                                  lambda net: net.load_parameters(args.weights))
 
         def train_params(self, net):
             if args.role == 'compute':

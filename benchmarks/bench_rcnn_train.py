@@ -206,32 +206,37 @@ def run_gluoncv(args):
     return times, losses, rss_before, peak, _peak_mb(resource.RUSAGE_CHILDREN)
 
 
+def build_prepared(build_net, ctx_list, prepare):
+    """A task's ``build_net(ctx_list)`` with ``prepare(net)`` run on the network ``get_model``
+    returns, before the task initializes it: the task skips initialized parameters, so
+    preparing the weights first (rather than again afterwards) leaves no second copy of them
+    in the process to count in its memory."""
+    from gluondet.tasks import base as task_module
+    real = task_module.get_model
+
+    def get_model(*args, **kwargs):
+        net = real(*args, **kwargs)
+        prepare(net)
+        return net
+
+    task_module.get_model = get_model
+    try:
+        return build_net(ctx_list)
+    finally:
+        task_module.get_model = real
+
+
 def _task(args):
     from gluondet.data import VOCDetection
     from gluondet.model_zoo.registry import VOC_CLASSES
     from gluondet.tasks import FasterRCNNTask
-    from gluondet.tasks import base as task_module
 
     class BenchTask(FasterRCNNTask):
         """The task with the benchmark's initializer, training GluonCV's parameter selection
         (``--gluondet-trainable gluoncv``)."""
 
         def build_net(self, ctx_list):
-            # The task initializes the net get_model returns, skipping initialized parameters;
-            # initializing it first (rather than again afterwards) leaves no second copy of
-            # the weights in the process to count in its memory.
-            real = task_module.get_model
-
-            def get_model(*args, **kwargs):
-                net = real(*args, **kwargs)
-                _init(net)
-                return net
-
-            task_module.get_model = get_model
-            try:
-                return super().build_net(ctx_list)
-            finally:
-                task_module.get_model = real
+            return build_prepared(super().build_net, ctx_list, _init)
 
         def train_params(self, net):
             if args.gluondet_trainable == 'gluoncv':
