@@ -28,11 +28,11 @@ not resized) with a random flip:
   (``--no-gluoncv-env`` leaves them out);
 - ``gluondet``: ``gluondet.engine.fit`` on a ``MaskRCNNTask`` (loader with ``--workers``
   processes, grouped batch sampler, RPN, R-CNN and mask targets on the device, hooks, logging
-  and all; ``hybridize(static_alloc=True, static_shape=True)``), with GluonCV's lr, wd,
-  momentum and warmup;
+  and all; hybridized as ``train_mask_rcnn.py`` by default: without ``static_alloc``;
+  ``--static-alloc on``: with ``static_alloc`` and ``static_shape``, the script's
+  ``--static-alloc``), with GluonCV's lr, wd, momentum and warmup;
 - ``compute`` (in ``--roles``): gluondet's forward + targets + losses + backward + SGD step
-  on batches staged in memory: no loading, no hooks. ``--compute-static off`` hybridizes it
-  without ``static_alloc`` and ``static_shape`` (MXNet's dynamic allocation) and
+  on batches staged in memory: no loading, no hooks, hybridized as gluondet's loop.
   ``--compute-roi-backward mxnet`` trains its ROI Align with MXNet's backward instead of
   gluondet's sparse one: where its memory goes.
 
@@ -56,7 +56,7 @@ operator, side by side (loader work shows only with ``--workers 0``).
         [--image-size 512] [--short S] [--max-size M] [--batch-size 1] [--steps 6]
         [--warmup 2] [--rounds 2] [--threads 1,2] [--workers 4] [--executor-threads 1]
         [--gluoncv-kvstore device] [--gluoncv-static-alloc] [--no-gluoncv-env]
-        [--roles gluoncv,gluondet,compute] [--compute-static on|off]
+        [--roles gluoncv,gluondet,compute] [--static-alloc on|off]
         [--compute-roi-backward sparse|mxnet]
         [--seed 233] [--profile [--top 20]]
 """
@@ -294,9 +294,6 @@ def _task(args):
             if args.role == 'compute':
                 if args.compute_roi_backward == 'mxnet':
                     net.roi_extractor.sparse_backward = False
-                if args.compute_static == 'off':     # the hybridize that follows: plain
-                    hybridize = net.hybridize
-                    net.hybridize = lambda *_, **__: hybridize()
             return net.collect_train_params()
 
     train = COCODetection(annotation_file=os.path.join(args.root, 'annotations', SPLIT + '.json'),
@@ -314,7 +311,8 @@ def _mask_config(args, prefix):
     import dataclasses
     lr, warmup = learning_rate(args.batch_size)
     return dataclasses.replace(_config(args, prefix), lr=lr, wd=WD, momentum=MOMENTUM,
-                               warmup_iters=warmup, warmup_factor=WARMUP_FACTOR)
+                               warmup_iters=warmup, warmup_factor=WARMUP_FACTOR,
+                               static_alloc=args.static_alloc == 'on')
 
 
 def run_gluondet(args):
@@ -356,9 +354,9 @@ def parse_args(argv=None):
     parser.add_argument('--roles', default='gluoncv,gluondet',
                         help='loops, comma-separated: gluoncv, gluondet, compute (gluondet\'s '
                              'step on staged batches)')
-    parser.add_argument('--compute-static', choices=('on', 'off'), default='on',
-                        help='the compute loop hybridized with static_alloc and static_shape '
-                             "(the engine's) or without")
+    parser.add_argument('--static-alloc', choices=('on', 'off'), default='off',
+                        help="gluondet's loops hybridized with static_alloc and static_shape "
+                             "(train_mask_rcnn.py --static-alloc) or without (its default)")
     parser.add_argument('--compute-roi-backward', choices=('sparse', 'mxnet'), default='sparse',
                         help="the compute loop's ROI Align backward: gluondet's sparse one "
                              "(the task's on CPUs) or MXNet's")
@@ -459,13 +457,13 @@ def print_summary(args, results):
     peak, and gluondet / GluonCV."""
     print('%s, %d demo images of %d px at %dx%d max (short/max), batch %d, one CPU context, '
           '%d timed steps after %d, median of %d round(s); %d loader processes each; GluonCV '
-          '%d executor thread(s), kvstore %s, static_alloc %s, script env %s; compute: static '
-          '%s, ROI Align backward %s' % (
+          '%d executor thread(s), kvstore %s, static_alloc %s, script env %s; gluondet: '
+          'static_alloc %s; compute: ROI Align backward %s' % (
               args.network_name, args.images, args.image_size, args.short, args.max_size,
               args.batch_size, args.steps, args.warmup, args.rounds, args.workers,
               args.executor_threads, args.gluoncv_kvstore,
               'on' if args.gluoncv_static_alloc else 'off',
-              'off' if args.no_gluoncv_env else 'on', args.compute_static,
+              'off' if args.no_gluoncv_env else 'on', args.static_alloc,
               args.compute_roi_backward))
     for threads in args.thread_list:
         runs = {role: results[threads, role] for role in args.roles}

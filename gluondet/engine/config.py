@@ -115,7 +115,11 @@ class TrainConfig:
     logdir : str
         TensorBoard directory (``''``: no TensorBoard).
     hybridize : bool
-        Hybridize the net with ``static_alloc`` and ``static_shape``.
+        Hybridize the net.
+    static_alloc : bool
+        Hybridize with ``static_alloc`` and ``static_shape``: every buffer of the graph kept
+        allocated (faster; Mask R-CNN: twice the memory). False: MXNet's dynamic allocation
+        (GluonCV's default). ``static_alloc`` without ``static_shape`` diverges (MXNet 1.9).
     stop_on_nonfinite : bool
         Stop with an error at the first NaN or infinite loss.
     horovod : bool
@@ -198,6 +202,7 @@ class TrainConfig:
     seed: int = 233
     logdir: str = ''
     hybridize: bool = True
+    static_alloc: bool = True
     stop_on_nonfinite: bool = True
     horovod: bool = False
     kv_store: str = 'device'
@@ -250,6 +255,11 @@ class TrainConfig:
         out['lr_decay_epoch'] = list(self.lr_decay_epoch)
         out['lr_decay_iters'] = list(self.lr_decay_iters)
         return out
+
+    def hybridize_net(self, net):
+        """Hybridize ``net`` for training as ``hybridize`` and ``static_alloc`` say."""
+        if self.hybridize:
+            net.hybridize(static_alloc=self.static_alloc, static_shape=self.static_alloc)
 
     @property
     def mixup_epochs(self):

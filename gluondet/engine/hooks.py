@@ -285,8 +285,7 @@ class ValidationHook(HookBase):
         for hook in loop.hooks:
             getattr(hook, 'after_validation', lambda *args: None)(epoch, metrics)
         self.checkpointer.save(loop)
-        if self.config.hybridize:
-            loop.net.hybridize(static_alloc=True, static_shape=True)
+        self.config.hybridize_net(loop.net)
 
     def _save_params(self, epoch, metrics):
         value, prefix = metrics[self.config.val_metric], self.config.save_prefix

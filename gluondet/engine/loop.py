@@ -312,8 +312,7 @@ def _build_and_train(task, config, runtime, hooks, batch_note=''):
     params = trainable_params(task, net)     # before the graph is built: frozen ones get no grad
     if config.no_wd:
         disable_weight_decay(net)
-    if config.hybridize:
-        net.hybridize(static_alloc=True, static_shape=True)
+    config.hybridize_net(net)
     data = train_data(task, config, runtime)
     schedule = LRSchedule.from_config(config, data.iters_per_epoch)
     trainer = runtime.make_trainer(params, config, schedule)

@@ -85,8 +85,14 @@ class ROIExtractor(gluon.HybridBlock):
         if self.mode == 'pool':
             return F.ROIPooling(feature, rois, self.size, 1.0 / stride)
         if self.sparse_backward and autograd.is_training():
-            return F.Custom(feature, rois, op_type=SPARSE_ROI_ALIGN, pooled_size=self.size,
-                            spatial_scale=1.0 / stride, sample_ratio=self.sample_ratio)
+            # ``* 1`` (an operator without oneDNN kernels) hands the custom operator plain
+            # arrays, forward and backward: MXNet 1.9 converts a oneDNN-blocked input of a
+            # custom operator into a temporary that it frees before the operator runs,
+            # unless the graph is hybridized with static_alloc (then: a segfault or NaNs)
+            pooled = F.Custom(feature * 1, rois * 1, op_type=SPARSE_ROI_ALIGN,
+                              pooled_size=self.size, spatial_scale=1.0 / stride,
+                              sample_ratio=self.sample_ratio)
+            return pooled * 1
         return F.contrib.ROIAlign(feature, rois, self.size, 1.0 / stride,
                                   sample_ratio=self.sample_ratio)
 

@@ -94,7 +94,9 @@ def add_rcnn_args(parser):
              "network's, GluonCV's per name)")
     add('--image-max-size', type=int, default=None,
         help="cap on the longer side (unset: the network's)")
-    add('--static-alloc', action='store_true', help='accepted for GluonCV command lines')
+    add('--static-alloc', action='store_true',
+        help='Mask R-CNN: hybridize with static_alloc and static_shape, every buffer of the '
+             'graph kept (faster, about twice the memory); Faster R-CNN: always on')
     add('--executor-threads', type=int, default=1, help='accepted for GluonCV command lines')
 
 
@@ -164,7 +166,8 @@ def run(args):
     resolved, defaults_used = config.dataset_defaults(args, DATASET_DEFAULTS, fallback='voc')
     task = rcnn_task(FasterRCNNTask, name, args, common.build_datasets(resolved),
                      {'norm_layer': 'syncbn'} if args.norm_layer else None)
-    return fit_and_report(task, resolved, name, [defaults_used] + notices(args, name))
+    return fit_and_report(task, resolved, name, [defaults_used] + notices(args, name),
+                          static_alloc=True)
 
 
 def rcnn_task(cls, name, args, datasets, model_kwargs):
@@ -177,10 +180,11 @@ def rcnn_task(cls, name, args, datasets, model_kwargs):
                pruned_model=common.pruned_model(args, args.save_prefix + name))
 
 
-def fit_and_report(task, resolved, name, lines):
-    """Train ``task`` with the settings of the flags ``resolved``, the startup ``lines``
-    logged; print the final metrics; the engine's `FitResult`."""
-    settings = config.train_config(resolved, resolved.save_prefix + name)
+def fit_and_report(task, resolved, name, lines, **overrides):
+    """Train ``task`` with the settings of the flags ``resolved`` and the `TrainConfig`
+    ``overrides``, the startup ``lines`` logged; print the final metrics; the engine's
+    `FitResult`."""
+    settings = config.train_config(resolved, resolved.save_prefix + name, **overrides)
     startup = common.StartupLog(lines, trainable=resolved.verbose)
     result = fit(task, settings, hooks=[startup])
     common.print_final(result)
