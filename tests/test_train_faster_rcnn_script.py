@@ -263,6 +263,7 @@ def test_cpu_command_trains_validates_and_logs_its_defaults(tmp_path):
     assert ("GluonCV has none for --dataset demo; its voc defaults for the flags left unset: "
             '--lr 0.001, --lr-decay-epoch 14,20, --lr-warmup -1, --wd 0.0005') in log
     assert "epochs=1, " in log and 'batch_size=1, ' in log
+    assert 'static_alloc=True, ' in log     # always, whatever GluonCV's --static-alloc says
     assert (tmp_path / (name + '_0000_%s.params' % stdout.split('mAP=')[1][:6])).exists()
 
 

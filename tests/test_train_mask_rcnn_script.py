@@ -74,11 +74,13 @@ def test_cpu_command_trains_validates_box_and_mask_ap_and_logs_its_defaults(tmp_
             '--epochs 26') not in log      # --epochs was given
     assert '--lr 0.0025, --lr-decay-epoch 17,23, --lr-warmup 4000, --wd 0.0001' in log
     assert 'mask_AP=' in stdout and 'bbox_AP=' in stdout
+    assert 'static_alloc=False, ' in log     # GluonCV's default: plain hybridize
 
 
-def test_custom_model_command_trains_gluoncvs_custom_mask_rcnn_fpn_with_ema(tmp_path):
+def test_custom_model_command_trains_gluoncvs_custom_mask_rcnn_fpn_with_ema_static(tmp_path):
     argv = ['--network', 'resnet18_v1b', '--dataset', 'demo', '--gpus', '', '--epochs', '1',
-            '--batch-size', '2', '--ema', 'custom-model', '--no-pretrained-base',
+            '--batch-size', '2', '--ema', '--static-alloc', 'custom-model',
+            '--no-pretrained-base',
             '--image-short', '128',
             '--image-max-size', '160', '--num-fpn-filters', '64', '--rpn-channel', '64',
             '--num_box_head_dense_filters', '128', '--roi-size', '7,7',
@@ -86,7 +88,7 @@ def test_custom_model_command_trains_gluoncvs_custom_mask_rcnn_fpn_with_ema(tmp_
             '--rpn-train-pre-nms', '1000', '--rpn-train-post-nms', '200',
             '--rpn-test-pre-nms', '500', '--rpn-test-post-nms', '100', '--post-nms', '50']
     stdout, log = run_cpu_command(SCRIPT, argv, tmp_path, 'custom_mask_rcnn_fpn', 8, 4)
-    assert 'mask_AP=' in stdout and 'ema=True' in log
+    assert 'mask_AP=' in stdout and 'ema=True' in log and 'static_alloc=True, ' in log
 
 
 def make_task(num_images=8, image_size=96):

@@ -34,7 +34,8 @@ from .faster_rcnn import network_flags as rcnn_network_flags
 __all__ = ['build_parser', 'parse_args', 'network_name', 'network_flags', 'notices', 'main',
            'run', 'DEMO']
 
-UNNEEDED = dict({k: v for k, v in FASTER_RCNN_UNNEEDED.items() if k != 'static_alloc'}, use_ext=(
+# --static-alloc is not among them: it sets TrainConfig.static_alloc here
+UNNEEDED = dict(executor_threads=FASTER_RCNN_UNNEEDED['executor_threads'], use_ext=(
     False, "gluondet's COCO evaluation is its own, pycocotools' numbers at array speed"))
 # GluonCV's custom-model flags: (flag, type, default, custom_mask_rcnn_fpn keyword, help)
 _CUSTOM = (
