@@ -17,6 +17,19 @@ def test_in_one_process_it_is_batch_norm():
         assert np.abs(ours[key] - theirs[key]).max() < 1e-4 * max(1, np.abs(theirs[key]).max())
 
 
+def test_the_engine_hybridizes_it_with_static_alloc_unless_frozen():
+    """Without static_alloc MXNet 1.9 handed its custom operator freed gradient buffers."""
+    from gluondet.engine import TrainConfig
+    net = gluon.nn.HybridSequential()
+    net.add(gluon.nn.Dense(3), gluon.nn.HybridSequential())
+    net[1].add(SyncBatchNorm(in_channels=3))
+    TrainConfig(static_alloc=False).hybridize_net(net)
+    assert dict(net._flags)['static_alloc'] and dict(net._flags)['static_shape']
+    net[1][0]._kwargs['use_global_stats'] = True                  # frozen: MXNet's operator
+    TrainConfig(static_alloc=False).hybridize_net(net)
+    assert not dict(net._flags)['static_alloc']
+
+
 def test_its_parameters_are_batch_norms():
     names = lambda layer: sorted(k.split('_', 1)[1] for k in layer.collect_params())  # noqa
     assert names(SyncBatchNorm(in_channels=3)) == names(gluon.nn.BatchNorm(in_channels=3))

@@ -120,6 +120,7 @@ class TrainConfig:
         Hybridize with ``static_alloc`` and ``static_shape``: every buffer of the graph kept
         allocated (faster; Mask R-CNN: twice the memory). False: MXNet's dynamic allocation
         (GluonCV's default). ``static_alloc`` without ``static_shape`` diverges (MXNet 1.9).
+        A net with a training `gluondet.nn.SyncBatchNorm` always gets both (`hybridize_net`).
     stop_on_nonfinite : bool
         Stop with an error at the first NaN or infinite loss.
     horovod : bool
@@ -257,9 +258,14 @@ class TrainConfig:
         return out
 
     def hybridize_net(self, net):
-        """Hybridize ``net`` for training as ``hybridize`` and ``static_alloc`` say."""
+        """Hybridize ``net`` for training as ``hybridize`` and ``static_alloc`` say, with
+        ``static_alloc`` whatever it says if a block of ``net`` has a true
+        ``needs_static_alloc`` (`gluondet.nn.SyncBatchNorm` across processes)."""
+        needs = []
+        net.apply(lambda block: needs.append(getattr(block, 'needs_static_alloc', False)))
+        static = self.static_alloc or any(needs)
         if self.hybridize:
-            net.hybridize(static_alloc=self.static_alloc, static_shape=self.static_alloc)
+            net.hybridize(static_alloc=static, static_shape=static)
 
     @property
     def mixup_epochs(self):

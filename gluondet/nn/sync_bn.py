@@ -8,7 +8,7 @@ processes' samples (two passes, and the element count too, so processes may hold
 batch sizes); the backward sums the two per-channel gradient terms the same way. With one
 process it is BatchNorm. It keeps BatchNorm's parameters (``gamma``, ``beta``,
 ``running_mean``, ``running_var``), so weights move between the two freely, and it
-hybridizes.
+hybridizes, with ``static_alloc`` (`SyncBatchNorm.needs_static_alloc`).
 """
 import mxnet as mx
 from mxnet import gluon, nd
@@ -94,6 +94,14 @@ class SyncBatchNorm(gluon.nn.BatchNorm):
             raise ValueError('SyncBatchNorm normalizes axis 1 (channels), got axis=%r'
                              % kwargs['axis'])
         super().__init__(momentum=momentum, epsilon=epsilon, **kwargs)
+
+    @property
+    def needs_static_alloc(self):
+        """True unless frozen (``use_global_stats``): MXNet 1.9 hands its custom operator
+        freed gradient buffers in a graph hybridized without ``static_alloc`` (garbage
+        gradients in most runs of the Mask R-CNN script's SyncBatchNorm network, 1 to 1e25);
+        `gluondet.engine.TrainConfig.hybridize_net` reads this."""
+        return not self._kwargs.get('use_global_stats')
 
     def hybrid_forward(self, F, x, gamma, beta, running_mean, running_var):
         if self._kwargs.get('use_global_stats'):
