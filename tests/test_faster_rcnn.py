@@ -169,8 +169,12 @@ def test_roi_extractor_pools_each_roi_from_its_own_level_forward_and_backward(sp
                                                                           + 1e-6)), 2, 5))
 
 
-def test_sparse_roi_align_equals_mxnets_on_one_map():
-    """Boxes inside, across the border, outside, degenerate, at the last row; batch -1."""
+@pytest.mark.parametrize('chunk', [1 << 22, 5 * 3 * 4 * 7])
+def test_sparse_roi_align_equals_mxnets_on_one_map(monkeypatch, chunk):
+    """Boxes inside, across the border, outside, degenerate, at the last row; batch -1; the
+    backward's ROIs in one chunk and in chunks of 7."""
+    from gluondet.nn import roi_align
+    monkeypatch.setattr(roi_align, 'CHUNK_VALUES', chunk)
     rng = np.random.RandomState(1)
     feature = mx.nd.array(rng.normal(size=(2, 5, 12, 17)))
     x0, y0 = rng.uniform(-40, 150, size=30), rng.uniform(-40, 110, size=30)

@@ -14,6 +14,10 @@ __all__ = ['SPARSE_ROI_ALIGN', 'bilinear_weights']
 
 SPARSE_ROI_ALIGN = 'gluondet_sparse_roi_align'
 
+# output-gradient values the backward copies out of MXNet at a time (16 MB): the ROIs go in
+# chunks, and only those of the map (an FPN level pools its own ROIs, the others skipped)
+CHUNK_VALUES = 1 << 22
+
 
 def _axis_samples(coords, size):
     """MXNet's bilinear rule along one axis: ``(low, high, weight of low, weight of high,
@@ -100,12 +104,19 @@ class _SparseROIAlign(mx.operator.CustomOp):
 
     def backward(self, req, out_grad, in_data, out_data, in_grad, aux):
         batch, channels, height, width = in_data[0].shape
-        weights = bilinear_weights(in_data[1].asnumpy(), (batch, height, width), self.size,
-                                   self.scale, self.ratio)
-        grad = out_grad[0].asnumpy().transpose(0, 2, 3, 1).reshape(-1, channels)
-        features = (weights @ grad).reshape(batch, height, width, channels)
-        self.assign(in_grad[0], req[0], mx.nd.array(features.transpose(0, 3, 1, 2),
-                                                    ctx=in_data[0].context))
+        rois = in_data[1].asnumpy()
+        pooled = out_grad[0]
+        valid = np.nonzero(rois[:, 0] >= 0)[0]         # an FPN level's own ROIs
+        features = np.zeros((batch * height * width, channels), np.float32)
+        step = max(1, CHUNK_VALUES // max(1, pooled[0].size))
+        for start in range(0, len(valid), step):
+            rows = valid[start:start + step]
+            weights = bilinear_weights(rois[rows], (batch, height, width), self.size,
+                                       self.scale, self.ratio)
+            grad = mx.nd.take(pooled, mx.nd.array(rows, ctx=pooled.context)).asnumpy()
+            features += weights @ grad.transpose(0, 2, 3, 1).reshape(-1, channels)
+        features = features.reshape(batch, height, width, channels).transpose(0, 3, 1, 2)
+        self.assign(in_grad[0], req[0], mx.nd.array(features, ctx=in_data[0].context))
         self.assign(in_grad[1], req[1], mx.nd.zeros_like(in_data[1]))
 
 
