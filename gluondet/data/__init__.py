@@ -15,6 +15,9 @@ from .kitti import KITTIDetection, write_kitti
 from .record import RecordDetection
 from .resolve import DATASETS, datasets_from_flags, resolve_dataset
 from .voc import VOCDetection
+# GluonCV's data.transforms.presets.ssd.load_test ...; imported here, not by transforms,
+# which the presets import
+from .transforms import presets as _presets  # noqa: F401
 
 __all__ = ['COCODetection', 'DATASETS', 'DatasetError', 'DatasetReport', 'DemoDetection',
            'DetectionDataset', 'InstanceMasks', 'KITTIDetection', 'RecordDetection',

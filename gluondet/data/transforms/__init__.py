@@ -20,15 +20,20 @@ The transforms that move boxes (:func:`resize`, :func:`resize_short_within`,
 ``masks``, an :class:`~gluondet.data.instance_masks.InstanceMasks` with one instance
 per label row: given, it comes back moved alike (rows dropped with their boxes) as the
 last returned value, and the random draws are the same as without it.
+
+GluonCV's test-time presets (``load_test``, ``transform_test``) are in
+:mod:`gluondet.data.transforms.presets` (imported by :mod:`gluondet.data`: the
+presets use this module, which so does not import them itself).
 """
 import cv2
 import numpy as np
 
-from ..bbox import bbox_iou
+from ...bbox import bbox_iou
 
 __all__ = ['IMAGENET_MEAN', 'IMAGENET_STD', 'MEAN_COLOR', 'SSD_CROP_CONSTRAINTS', 'INTERP_AUTO',
            'INTERP_RANDOM', 'imresize', 'bbox_resize',
            'bbox_flip', 'bbox_translate', 'bbox_crop', 'resize', 'resize_short_within',
+           'short_within_size',
            'random_flip', 'random_expand', 'random_crop_with_constraints',
            'random_color_distort', 'normalize', 'fixed_size_augment']
 
@@ -259,6 +264,20 @@ def resize(img, label, size, interp=1, rng=None, masks=None):
                       None if masks is None else masks.resize(in_size, (w, h)))
 
 
+def short_within_size(width, height, short, max_size=None, mult_base=1):
+    """The ``(width, height)`` :func:`resize_short_within` resizes a ``width`` x ``height``
+    image to: the scale that brings the shorter side to ``short``, or, if the longer side would
+    then (rounded) exceed ``max_size``, the one that brings it to ``max_size`` rounded down to a
+    multiple of ``mult_base``; both sides rounded to multiples of ``mult_base`` (at least 1).
+    GluonCV's arithmetic."""
+    side_min, side_max = min(height, width), max(height, width)
+    scale = float(short) / side_min
+    if max_size is not None and np.round(scale * side_max / mult_base) * mult_base > max_size:
+        scale = float(np.floor(max_size / mult_base) * mult_base) / side_max
+    return (max(1, int(np.round(width * scale / mult_base) * mult_base)),
+            max(1, int(np.round(height * scale / mult_base) * mult_base)))
+
+
 def resize_short_within(img, label, short, max_size=None, mult_base=1, interp=1, rng=None,
                         masks=None):
     """Resize keeping the aspect ratio: shorter side to ``short``, longer side at most ``max_size``.
@@ -288,14 +307,8 @@ def resize_short_within(img, label, short, max_size=None, mult_base=1, interp=1,
     masks : InstanceMasks, if given
     """
     img = _image(img)
-    h, w = img.shape[:2]
-    side_min, side_max = min(h, w), max(h, w)
-    scale = float(short) / side_min
-    if max_size is not None and np.round(scale * side_max / mult_base) * mult_base > max_size:
-        scale = float(np.floor(max_size / mult_base) * mult_base) / side_max
-    new_w = max(1, int(np.round(w * scale / mult_base) * mult_base))
-    new_h = max(1, int(np.round(h * scale / mult_base) * mult_base))
-    return resize(img, label, (new_w, new_h), interp, rng, masks)
+    size = short_within_size(img.shape[1], img.shape[0], short, max_size, mult_base)
+    return resize(img, label, size, interp, rng, masks)
 
 
 def random_flip(img, label, px=0.5, rng=None, masks=None):
