@@ -292,23 +292,26 @@ def _download(file_name, dest, hint):
                            % (file_name, '; '.join(refused), hint))
 
 
-def _get_with_retries(url, dest):
-    for attempt in range(RETRIES + 1):
+def _get_with_retries(url, dest, attempts=None, verify=True):
+    """`_get`, tried up to ``attempts`` times (default ``RETRIES + 1``) on a _Retryable
+    failure; ``verify``: check the server's TLS certificate."""
+    attempts = RETRIES + 1 if attempts is None else attempts
+    for attempt in range(attempts):
         try:
-            _get(url, dest)
+            _get(url, dest, verify)
             return
         except _Retryable as err:
-            if attempt == RETRIES:
+            if attempt == attempts - 1:
                 raise
             wait = RETRY_WAIT * 2 ** attempt
             logger.warning('Download of %s failed (%s); retrying in %g s', url, err, wait)
             time.sleep(wait)
 
 
-def _get(url, dest):
+def _get(url, dest, verify=True):
     """Save ``url`` to ``dest`` with a progress bar, or raise _Refused / _Retryable."""
     try:
-        with requests.get(url, stream=True, timeout=HTTP_TIMEOUT,
+        with requests.get(url, stream=True, timeout=HTTP_TIMEOUT, verify=verify,
                           headers={'Accept-Encoding': 'identity'}) as r:
             if r.status_code in (408, 429) or r.status_code >= 500:
                 raise _Retryable('HTTP %d' % r.status_code)
