@@ -47,8 +47,30 @@ def _per_channel(values, channels, what):
 
 
 def transform_test(imgs, short, max_size, mult_base, mean, std):
-    """Each image resized (shorter side ``short``, longer at most ``max_size``, sides multiples
-    of ``mult_base``) and normalized: ``(tensor, image)``, or two lists for several images."""
+    """Each image resized and normalized, the presets' ``transform_test``.
+
+    Parameters
+    ----------
+    imgs : mx.nd.NDArray or numpy.ndarray (H x W x 3, RGB 0-255), or a list of them
+    short : int
+        Length the shorter side is resized to, keeping the aspect ratio.
+    max_size : int
+        Cap on the longer side: an image that would exceed it is resized so that its longer
+        side is ``max_size`` (rounded down to a multiple of ``mult_base``).
+    mult_base : int
+        Both sides are rounded to its multiples (YOLO's ``stride``; 1 for the others).
+    mean, std : sequence of floats (one, or one per channel)
+        ``(x / 255 - mean) / std`` normalizes the network input.
+
+    Returns
+    -------
+    tensor : mx.nd.NDArray, 1 x 3 x H x W float32
+        The network input.
+    image : numpy.ndarray, H x W x 3 uint8
+        The resized image, to draw the detections on.
+    Given a list of two or more images, two lists (``zip`` pairs them); a list of one
+    gives one pair, as in GluonCV.
+    """
     import mxnet as mx
     tensors, origs = [], []
     for img in _images(imgs):

@@ -9,28 +9,9 @@ __all__ = ['load_test', 'transform_test']
 
 def transform_test(imgs, short, max_size=1024, mean=IMAGENET_MEAN,
                    std=IMAGENET_STD):
-    """Resize and normalize image(s) already read.
-
-    Parameters
-    ----------
-    imgs : mx.nd.NDArray or numpy.ndarray (H x W x 3, RGB 0-255), or a list of them
-    short : int
-        Length the shorter side is resized to, keeping the aspect ratio.
-    max_size : int, default 1024
-        Cap on the longer side: an image that would exceed it is resized so that its longer
-        side is ``max_size``.
-    mean, std : sequence of floats (one, or one per channel), default ImageNet's RGB
-        ``(x / 255 - mean) / std`` normalizes the network input.
-
-    Returns
-    -------
-    tensor : mx.nd.NDArray, 1 x 3 x H x W float32
-        The network input.
-    image : numpy.ndarray, H x W x 3 uint8
-        The resized image, to draw the detections on.
-    Given a list of two or more images, two lists (``zip`` pairs them); a list of one
-    gives one pair, as in GluonCV.
-    """
+    """Resize and normalize image(s) already read: see
+    :func:`gluondet.data.transforms.presets._common.transform_test` for the keywords and
+    returns."""
     return _common.transform_test(imgs, short, max_size, 1, mean, std)
 
 
